@@ -1,0 +1,125 @@
+/*
+ * The fixed part of the namespace: /, /.ucm and the control files under it.
+ *
+ *   /.ucm/config   the effective configuration, key=value per line (read-only)
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fs/fs_int.h"
+
+#define CONFIG_MAX 8192
+
+struct ctl_node {
+	fuse_ino_t nid;
+	fuse_ino_t parent;
+	const char *name;
+	mode_t mode;
+};
+
+static const struct ctl_node nodes[] = {
+	{ NID_ROOT, NID_ROOT, "/", S_IFDIR | 0755 },
+	{ NID_UCM, NID_ROOT, ".ucm", S_IFDIR | 0755 },
+	{ NID_CONFIG, NID_UCM, "config", S_IFREG | 0444 },
+};
+
+static const struct ctl_node *node_of(fuse_ino_t nid)
+{
+	for (size_t i = 0; i < sizeof(nodes) / sizeof(nodes[0]); i++)
+		if (nodes[i].nid == nid)
+			return &nodes[i];
+	return NULL;
+}
+
+/* The contents of a control file, freshly made (caller frees). 0 or -errno. */
+static int ctl_text(struct ucmfs *fs, fuse_ino_t nid, char **text, size_t *len)
+{
+	char *buf;
+
+	switch (nid) {
+	case NID_CONFIG:
+		buf = malloc(CONFIG_MAX);
+		if (!buf)
+			return -ENOMEM;
+		*len = options_format(fs->opts, buf, CONFIG_MAX);
+		*text = buf;
+		return 0;
+	default:
+		return -EISDIR;
+	}
+}
+
+void ctl_root_attr(struct ucmfs *fs, struct stat *st)
+{
+	ctl_getattr(fs, NID_ROOT, st);
+}
+
+int ctl_getattr(struct ucmfs *fs, fuse_ino_t nid, struct stat *st)
+{
+	const struct ctl_node *n = node_of(nid);
+	char *text;
+	size_t len = 0;
+
+	if (!n)
+		return -ENOENT;
+	memset(st, 0, sizeof(*st));
+	st->st_ino = nid;
+	st->st_mode = n->mode;
+	st->st_nlink = S_ISDIR(n->mode) ? 2 : 1;
+	if (nid == NID_ROOT)
+		st->st_nlink = 3;
+	st->st_uid = fs->uid;
+	st->st_gid = fs->gid;
+	st->st_atim = st->st_mtim = st->st_ctim = fs->start;
+	st->st_blksize = 4096;
+	if (S_ISREG(n->mode) && ctl_text(fs, nid, &text, &len) == 0) {
+		st->st_size = (off_t)len;
+		free(text);
+	}
+	return 0;
+}
+
+int ctl_lookup(struct ucmfs *fs, fuse_ino_t parent, const char *name, struct fuse_entry_param *e)
+{
+	for (size_t i = 1; i < sizeof(nodes) / sizeof(nodes[0]); i++) {
+		if (nodes[i].parent != parent || strcmp(nodes[i].name, name))
+			continue;
+		memset(e, 0, sizeof(*e));
+		e->ino = nodes[i].nid;
+		e->generation = 1;
+		e->attr_timeout = 0;
+		e->entry_timeout = 1.0; /* fixed names never go away */
+		return ctl_getattr(fs, nodes[i].nid, &e->attr);
+	}
+	return node_of(parent) && S_ISDIR(node_of(parent)->mode) ? -ENOENT : -ENOTDIR;
+}
+
+int ctl_open(struct ucmfs *fs, fuse_ino_t nid, struct fuse_file_info *fi, struct fh **out)
+{
+	const struct ctl_node *n = node_of(nid);
+	struct fh *fh;
+	int rc;
+
+	if (!n)
+		return -ENOENT;
+	if (S_ISDIR(n->mode))
+		return -EISDIR;
+	if ((fi->flags & O_ACCMODE) != O_RDONLY)
+		return -EACCES; /* read-only even for root */
+	fh = calloc(1, sizeof(*fh));
+	if (!fh)
+		return -ENOMEM;
+	fh->kind = FH_CTL;
+	pthread_mutex_init(&fh->lock, NULL);
+	rc = ctl_text(fs, nid, &fh->text, &fh->len);
+	if (rc) {
+		free(fh);
+		return rc;
+	}
+	/* the size changes from one open to the next: never cache the contents */
+	fi->direct_io = 1;
+	*out = fh;
+	return 0;
+}

@@ -1,0 +1,745 @@
+/*
+ * The FUSE low-level operations of ucmfs: the namespace of DESIGN.md section 3.
+ *
+ * Blocks are files at the root named by 32 lowercase hex characters. Reading a block opens
+ * (pins) its committed version in the pipeline; writing opens a write session there
+ * (two-phase admission); the commit runs in FLUSH, so a block is visible as soon as close()
+ * returns. Entries and attributes are not cached by the kernel (timeouts 0): a block can
+ * vanish through eviction or expiry without the kernel being told.
+ *
+ * Every reply is sent by the handler that received the request; no lock of this file is
+ * held across a reply.
+ */
+#include "fs/fs.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
+
+#include "fs/fs_int.h"
+#include "src/buf.h"
+#include "src/log.h"
+#include "tiers/pipeline.h"
+
+#define MAX_REQUEST (1u << 20)
+
+static struct timespec ns_to_ts(int64_t ns)
+{
+	struct timespec ts = { .tv_sec = ns / 1000000000, .tv_nsec = ns % 1000000000 };
+
+	return ts;
+}
+
+static void block_stat_common(struct ucmfs *fs, struct inode *ino, struct stat *st)
+{
+	memset(st, 0, sizeof(*st));
+	st->st_ino = ino->st_ino;
+	st->st_mode = S_IFREG | 0644;
+	st->st_nlink = 1;
+	st->st_uid = fs->uid;
+	st->st_gid = fs->gid;
+	st->st_blksize = 1 << 20;
+}
+
+int fs_block_stat(struct ucmfs *fs, struct inode *ino, struct stat *st)
+{
+	struct block_attr a;
+	uint64_t size;
+
+	block_stat_common(fs, ino, st);
+	if (fs->pipe->ops->lookup(fs->pipe, &ino->node.id, &a) == 0) {
+		st->st_size = (off_t)a.size;
+		st->st_blocks = (blkcnt_t)((a.stored + 511) / 512);
+		st->st_mtim = ns_to_ts(a.mtime);
+		st->st_ctim = st->st_mtim;
+		st->st_atim = ns_to_ts(a.atime ? a.atime : a.mtime);
+		return 0;
+	}
+	if (itable_resv_size(fs->itab, ino, &size) == 0) {
+		/* only a reservation: what its writers see with fstat() */
+		st->st_size = (off_t)size;
+		clock_gettime(CLOCK_REALTIME, &st->st_mtim);
+		st->st_atim = st->st_ctim = st->st_mtim;
+		return 0;
+	}
+	return -ENOENT;
+}
+
+static void reply_entry(fuse_req_t req, struct inode *ino, const struct stat *st)
+{
+	struct fuse_entry_param e;
+
+	memset(&e, 0, sizeof(e));
+	e.ino = (fuse_ino_t)(uintptr_t)ino;
+	e.generation = 1;
+	e.attr = *st;
+	e.attr_timeout = 0;
+	e.entry_timeout = 0;
+	if (fuse_reply_entry(req, &e) == -ENOENT)
+		itable_forget(fs_of(req)->itab, ino, 1); /* the lookup was interrupted */
+}
+
+/* --- lifecycle --------------------------------------------------------------------------- */
+
+static void op_init(void *userdata, struct fuse_conn_info *conn)
+{
+	(void)userdata;
+	/* O_TRUNC arrives with open (a replacement), not as a separate truncate */
+	if (conn->capable & FUSE_CAP_ATOMIC_O_TRUNC)
+		conn->want |= FUSE_CAP_ATOMIC_O_TRUNC;
+	/* attributes are never cached, so the kernel must not re-check them on every read */
+	conn->want &= ~FUSE_CAP_AUTO_INVAL_DATA;
+	conn->want &= ~FUSE_CAP_READDIRPLUS;
+	conn->max_write = MAX_REQUEST;
+	conn->max_readahead = MAX_REQUEST;
+	conn->time_gran = 1;
+}
+
+static void op_destroy(void *userdata)
+{
+	struct ucmfs *fs = userdata;
+
+	if (fs->pipe->ops->drain)
+		fs->pipe->ops->drain(fs->pipe);
+}
+
+/* --- names ------------------------------------------------------------------------------- */
+
+static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
+{
+	struct ucmfs *fs = fs_of(req);
+	struct fuse_entry_param e;
+	struct blockid id;
+	struct inode *ino;
+	struct block_attr a;
+	struct stat st;
+	int rc;
+
+	if (parent != NID_ROOT || !strcmp(name, ".ucm")) {
+		rc = ctl_lookup(fs, parent, name, &e);
+		if (rc)
+			fuse_reply_err(req, -rc);
+		else
+			fuse_reply_entry(req, &e);
+		return;
+	}
+	/* a reservation is invisible: only committed, live blocks are found */
+	if (blockid_parse_name(name, &id) || fs->pipe->ops->lookup(fs->pipe, &id, &a)) {
+		fuse_reply_err(req, ENOENT);
+		return;
+	}
+	ino = itable_get(fs->itab, &id, 1);
+	if (!ino) {
+		fuse_reply_err(req, ENOMEM);
+		return;
+	}
+	rc = fs_block_stat(fs, ino, &st);
+	if (rc) {
+		itable_forget(fs->itab, ino, 1);
+		fuse_reply_err(req, -rc);
+		return;
+	}
+	reply_entry(req, ino, &st);
+}
+
+static void op_forget(fuse_req_t req, fuse_ino_t nid, uint64_t nlookup)
+{
+	if (is_block(nid))
+		itable_forget(fs_of(req)->itab, inode_of(nid), nlookup);
+	fuse_reply_none(req);
+}
+
+static void op_forget_multi(fuse_req_t req, size_t count, struct fuse_forget_data *forgets)
+{
+	for (size_t i = 0; i < count; i++)
+		if (is_block(forgets[i].ino))
+			itable_forget(fs_of(req)->itab, inode_of(forgets[i].ino),
+				      forgets[i].nlookup);
+	fuse_reply_none(req);
+}
+
+static void op_getattr(fuse_req_t req, fuse_ino_t nid, struct fuse_file_info *fi)
+{
+	struct ucmfs *fs = fs_of(req);
+	struct stat st;
+	int rc;
+
+	if (!is_block(nid))
+		rc = ctl_getattr(fs, nid, &st);
+	else
+		rc = fs_block_stat(fs, inode_of(nid), &st);
+	if (rc)
+		fuse_reply_err(req, -rc);
+	else
+		fuse_reply_attr(req, &st, 0);
+}
+
+/* Declare the size of the reservation behind fh (ftruncate, fallocate). */
+static int declare_size(struct ucmfs *fs, struct fh *fh, uint64_t size)
+{
+	int rc;
+
+	pthread_mutex_lock(&fh->lock);
+	rc = fh->h ? fs->pipe->ops->truncate(fh->h, size) : -EPERM;
+	pthread_mutex_unlock(&fh->lock);
+	if (rc == 0)
+		itable_resv_set(fs->itab, fh->inode, size);
+	return rc;
+}
+
+static void op_setattr(fuse_req_t req, fuse_ino_t nid, struct stat *attr, int to_set,
+		       struct fuse_file_info *fi)
+{
+	struct ucmfs *fs = fs_of(req);
+	struct fh *fh = fi ? fh_of(fi) : NULL;
+	struct stat st;
+	int rc = 0;
+
+	if (!is_block(nid)) {
+		fuse_reply_err(req, EPERM);
+		return;
+	}
+	if (to_set & (FUSE_SET_ATTR_MODE | FUSE_SET_ATTR_UID | FUSE_SET_ATTR_GID)) {
+		fuse_reply_err(req, EPERM);
+		return;
+	}
+	if (to_set & FUSE_SET_ATTR_SIZE) {
+		/* only a writer declares a size; a committed block is immutable */
+		if (fh && fh->kind == FH_WRITE)
+			rc = declare_size(fs, fh, (uint64_t)attr->st_size);
+		else
+			rc = fs_block_stat(fs, inode_of(nid), &st) ? -ENOENT : -EPERM;
+		if (rc) {
+			fuse_reply_err(req, -rc);
+			return;
+		}
+	}
+	if (to_set & (FUSE_SET_ATTR_ATIME | FUSE_SET_ATTR_MTIME | FUSE_SET_ATTR_ATIME_NOW |
+		      FUSE_SET_ATTR_MTIME_NOW)) {
+		/* touch: refresh recency (a reservation has none yet) */
+		fs->pipe->ops->touch(fs->pipe, &inode_of(nid)->node.id);
+	}
+	rc = fs_block_stat(fs, inode_of(nid), &st);
+	if (rc)
+		fuse_reply_err(req, -rc);
+	else
+		fuse_reply_attr(req, &st, 0);
+}
+
+/* --- open, create, close ----------------------------------------------------------------- */
+
+static struct fh *fh_new(enum fh_kind kind, struct inode *ino, int flags)
+{
+	struct fh *fh = calloc(1, sizeof(*fh));
+
+	if (!fh)
+		return NULL;
+	fh->kind = kind;
+	fh->inode = ino;
+	fh->open_flags = flags;
+	pthread_mutex_init(&fh->lock, NULL);
+	return fh;
+}
+
+static void fh_free(struct ucmfs *fs, struct fh *fh)
+{
+	if (fh->inode) {
+		if (fh->kind == FH_WRITE)
+			itable_del_writer(fs->itab, fh->inode);
+		itable_put(fs->itab, fh->inode);
+	}
+	pthread_mutex_destroy(&fh->lock);
+	free(fh->text);
+	free(fh);
+}
+
+static bool wants_write(int flags)
+{
+	return (flags & O_ACCMODE) != O_RDONLY;
+}
+
+/* Open a block for reading (pin) or writing (reserve). 0 or -errno; *out on success. */
+static int open_block(struct ucmfs *fs, struct inode *ino, int flags, struct fh **out)
+{
+	struct fh *fh = fh_new(wants_write(flags) ? FH_WRITE : FH_READ, ino, flags);
+	unsigned rf = 0;
+	struct block_attr a;
+	uint64_t size = 0;
+	int rc;
+
+	if (!fh)
+		return -ENOMEM;
+	if (fh->kind == FH_READ) {
+		rc = fs->pipe->ops->open(fs->pipe, &ino->node.id, 0, &fh->h);
+	} else {
+		if (flags & O_EXCL)
+			rf |= TIER_RESERVE_EXCL;
+		if (flags & O_TRUNC)
+			rf |= TIER_RESERVE_TRUNC;
+		rc = fs->pipe->ops->reserve(fs->pipe, &ino->node.id, rf, 0, &fh->h);
+		if (rc == 0 && fs->pipe->ops->stat(fh->h, &a) == 0)
+			size = a.size;
+	}
+	if (rc) {
+		fh->inode = NULL;
+		fh_free(fs, fh);
+		return rc;
+	}
+	if (fh->kind == FH_WRITE)
+		itable_add_writer(fs->itab, ino, size);
+	*out = fh;
+	return 0;
+}
+
+static void op_open(fuse_req_t req, fuse_ino_t nid, struct fuse_file_info *fi)
+{
+	struct ucmfs *fs = fs_of(req);
+	struct fh *fh;
+	struct inode *ino;
+	int rc;
+
+	if (!is_block(nid)) {
+		rc = ctl_open(fs, nid, fi, &fh);
+	} else {
+		ino = itable_get(fs->itab, &inode_of(nid)->node.id, 0);
+		if (!ino) {
+			fuse_reply_err(req, ENOMEM);
+			return;
+		}
+		rc = open_block(fs, ino, fi->flags, &fh);
+		if (rc)
+			itable_put(fs->itab, ino);
+	}
+	if (rc) {
+		fuse_reply_err(req, -rc);
+		return;
+	}
+	fi->fh = (uintptr_t)fh;
+	fi->keep_cache = 0;
+	fi->noflush = fh->kind != FH_WRITE; /* only a writer's close commits anything */
+	if (fuse_reply_open(req, fi) == -ENOENT) {
+		/* interrupted: the kernel will not release it */
+		if (fh->kind == FH_READ)
+			tier_close(fh->h);
+		else if (fh->kind == FH_WRITE && fh->h)
+			fs->pipe->ops->abort(fh->h);
+		fh_free(fs, fh);
+	}
+}
+
+static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode,
+		      struct fuse_file_info *fi)
+{
+	struct ucmfs *fs = fs_of(req);
+	struct fuse_entry_param e;
+	struct blockid id;
+	struct inode *ino;
+	struct fh *fh;
+	int rc;
+
+	(void)mode; /* every block is 0644 */
+	if (parent != NID_ROOT) {
+		fuse_reply_err(req, parent == NID_UCM ? EPERM : EACCES);
+		return;
+	}
+	if (blockid_parse_name(name, &id)) {
+		fuse_reply_err(req, EINVAL);
+		return;
+	}
+	ino = itable_get(fs->itab, &id, 0);
+	if (!ino) {
+		fuse_reply_err(req, ENOMEM);
+		return;
+	}
+	rc = open_block(fs, ino, fi->flags | O_CREAT, &fh);
+	if (rc) {
+		itable_put(fs->itab, ino);
+		fuse_reply_err(req, -rc);
+		return;
+	}
+	/* the kernel now holds a lookup on the inode as well */
+	itable_get(fs->itab, &id, 1);
+	memset(&e, 0, sizeof(e));
+	e.ino = (fuse_ino_t)(uintptr_t)ino;
+	e.generation = 1;
+	fs_block_stat(fs, ino, &e.attr);
+	fi->fh = (uintptr_t)fh;
+	fi->keep_cache = 0;
+	if (fuse_reply_create(req, &e, fi) == -ENOENT) {
+		if (fh->h)
+			fs->pipe->ops->abort(fh->h);
+		fh_free(fs, fh);
+		itable_forget(fs->itab, ino, 1);
+	}
+}
+
+/*
+ * Commit a writer's reservation. A complete block is published (by the last writer) and the
+ * handle is given up; an incomplete one fails -EIO and, unless `final`, stays open so that a
+ * duplicate of the descriptor can go on writing (the shell's `> file` closes one early).
+ */
+static int commit_writer(struct ucmfs *fs, struct fh *fh, bool final)
+{
+	int rc = 0;
+
+	pthread_mutex_lock(&fh->lock);
+	if (fh->h) {
+		rc = fs->pipe->ops->commit(fh->h, NULL, final ? 0 : TIER_COMMIT_TRY, NULL);
+		if (rc == 0 || final || rc != -EIO)
+			fh->h = NULL;
+	}
+	pthread_mutex_unlock(&fh->lock);
+	return rc;
+}
+
+static void op_flush(fuse_req_t req, fuse_ino_t nid, struct fuse_file_info *fi)
+{
+	struct fh *fh = fh_of(fi);
+	int rc = 0;
+
+	if (fh->kind == FH_WRITE)
+		rc = commit_writer(fs_of(req), fh, false);
+	fuse_reply_err(req, -rc);
+}
+
+static void op_release(fuse_req_t req, fuse_ino_t nid, struct fuse_file_info *fi)
+{
+	struct ucmfs *fs = fs_of(req);
+	struct fh *fh = fh_of(fi);
+
+	if (fh->kind == FH_READ)
+		tier_close(fh->h);
+	else if (fh->kind == FH_WRITE)
+		commit_writer(fs, fh, true);
+	fh_free(fs, fh);
+	fuse_reply_err(req, 0);
+}
+
+static void op_fsync(fuse_req_t req, fuse_ino_t nid, int datasync, struct fuse_file_info *fi)
+{
+	struct ucmfs *fs = fs_of(req);
+	struct fh *fh = fh_of(fi);
+	int rc = 0;
+
+	if (!is_block(nid)) {
+		fuse_reply_err(req, 0);
+		return;
+	}
+	if (fh->kind == FH_WRITE) {
+		/* before close: the commit that close makes will be durable */
+		pthread_mutex_lock(&fh->lock);
+		if (fh->h)
+			rc = fs->pipe->ops->set_durable(fh->h);
+		pthread_mutex_unlock(&fh->lock);
+		if (rc == 0 && !fh->h)
+			rc = fs->pipe->ops->sync(fs->pipe, &fh->inode->node.id);
+	} else {
+		rc = fs->pipe->ops->sync(fs->pipe, &fh->inode->node.id);
+	}
+	fuse_reply_err(req, rc == -ENOENT ? 0 : -rc);
+}
+
+/* --- data -------------------------------------------------------------------------------- */
+
+static void op_read(fuse_req_t req, fuse_ino_t nid, size_t size, off_t off,
+		    struct fuse_file_info *fi)
+{
+	struct ucmfs *fs = fs_of(req);
+	struct fh *fh = fh_of(fi);
+	struct block_attr a;
+	const char *data;
+	char *buf;
+	ssize_t n;
+
+	if (fh->kind == FH_CTL) {
+		size_t len = (size_t)off >= fh->len ? 0 : fh->len - (size_t)off;
+
+		fuse_reply_buf(req, fh->text + (len ? off : 0), len < size ? len : size);
+		return;
+	}
+	if (fh->kind == FH_READ) {
+		data = tier_data(fh->h);
+		if (data) {
+			/* straight from the pinned cache buffer */
+			fs->pipe->ops->stat(fh->h, &a);
+			if ((uint64_t)off >= a.size)
+				size = 0;
+			else if (size > a.size - (uint64_t)off)
+				size = (size_t)(a.size - (uint64_t)off);
+			fuse_reply_buf(req, size ? data + off : NULL, size);
+			return;
+		}
+	}
+	buf = malloc(size ? size : 1);
+	if (!buf) {
+		fuse_reply_err(req, ENOMEM);
+		return;
+	}
+	if (fh->kind == FH_WRITE) {
+		pthread_mutex_lock(&fh->lock);
+		n = fh->h ? tier_read(fh->h, buf, size, (uint64_t)off) : -EBADF;
+		pthread_mutex_unlock(&fh->lock);
+		if (n == -EBADF) {
+			/* committed already: read what was published */
+			struct tier_handle *rh;
+
+			n = fs->pipe->ops->open(fs->pipe, &fh->inode->node.id, 0, &rh);
+			if (n == 0) {
+				n = tier_read(rh, buf, size, (uint64_t)off);
+				tier_close(rh);
+			}
+		}
+	} else {
+		n = tier_read(fh->h, buf, size, (uint64_t)off);
+	}
+	if (n < 0)
+		fuse_reply_err(req, (int)-n);
+	else
+		fuse_reply_buf(req, buf, (size_t)n);
+	free(buf);
+}
+
+static void op_write(fuse_req_t req, fuse_ino_t nid, const char *buf, size_t size, off_t off,
+		     struct fuse_file_info *fi)
+{
+	struct ucmfs *fs = fs_of(req);
+	struct fh *fh = fh_of(fi);
+	ssize_t n;
+	int rc = 0;
+
+	if (fh->kind != FH_WRITE) {
+		fuse_reply_err(req, EBADF);
+		return;
+	}
+	pthread_mutex_lock(&fh->lock);
+	if (!fh->h) {
+		/* written again after its close committed it: a replacement of that version */
+		rc = fs->pipe->ops->reserve(fs->pipe, &fh->inode->node.id, 0, 0, &fh->h);
+	}
+	n = rc ? rc : fs->pipe->ops->write(fh->h, buf, size, (uint64_t)off);
+	pthread_mutex_unlock(&fh->lock);
+	if (n < 0) {
+		fuse_reply_err(req, (int)-n);
+		return;
+	}
+	itable_resv_grow(fs->itab, fh->inode, (uint64_t)off + (uint64_t)n);
+	fuse_reply_write(req, (size_t)n);
+}
+
+static void op_fallocate(fuse_req_t req, fuse_ino_t nid, int mode, off_t off, off_t len,
+			 struct fuse_file_info *fi)
+{
+	struct ucmfs *fs = fs_of(req);
+	struct fh *fh = fh_of(fi);
+	uint64_t end = (uint64_t)off + (uint64_t)len, cur = 0;
+	int rc;
+
+	if (mode & ~FALLOC_FL_KEEP_SIZE) {
+		fuse_reply_err(req, EOPNOTSUPP);
+		return;
+	}
+	if (fh->kind != FH_WRITE) {
+		fuse_reply_err(req, EBADF);
+		return;
+	}
+	itable_resv_size(fs->itab, fh->inode, &cur);
+	rc = (mode & FALLOC_FL_KEEP_SIZE) || end <= cur ? 0 : declare_size(fs, fh, end);
+	fuse_reply_err(req, -rc);
+}
+
+/* --- namespace changes ------------------------------------------------------------------- */
+
+static void op_unlink(fuse_req_t req, fuse_ino_t parent, const char *name)
+{
+	struct ucmfs *fs = fs_of(req);
+	struct blockid id;
+	int rc;
+
+	if (parent != NID_ROOT || !strcmp(name, ".ucm")) {
+		fuse_reply_err(req, parent == NID_QUERY ? ENOENT : EPERM);
+		return;
+	}
+	if (blockid_parse_name(name, &id)) {
+		fuse_reply_err(req, ENOENT);
+		return;
+	}
+	rc = fs->pipe->ops->remove(fs->pipe, &id);
+	fuse_reply_err(req, -rc);
+}
+
+static void op_eperm_entry(fuse_req_t req)
+{
+	fuse_reply_err(req, EPERM);
+}
+
+static void op_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode)
+{
+	op_eperm_entry(req);
+}
+
+static void op_rmdir(fuse_req_t req, fuse_ino_t parent, const char *name)
+{
+	op_eperm_entry(req);
+}
+
+static void op_mknod(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode,
+		     dev_t rdev)
+{
+	op_eperm_entry(req);
+}
+
+static void op_symlink(fuse_req_t req, const char *link, fuse_ino_t parent, const char *name)
+{
+	op_eperm_entry(req);
+}
+
+static void op_link(fuse_req_t req, fuse_ino_t nid, fuse_ino_t newparent, const char *newname)
+{
+	op_eperm_entry(req);
+}
+
+static void op_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_ino_t newparent,
+		      const char *newname, unsigned int flags)
+{
+	op_eperm_entry(req);
+}
+
+static void op_statfs(fuse_req_t req, fuse_ino_t nid)
+{
+	struct ucmfs *fs = fs_of(req);
+	struct tier_usage u = { 0 };
+	struct statvfs sv;
+	const uint64_t bs = 4096;
+
+	fs->pipe->ops->usage(fs->pipe, &u);
+	memset(&sv, 0, sizeof(sv));
+	sv.f_bsize = bs;
+	sv.f_frsize = bs;
+	sv.f_blocks = u.capacity / bs;
+	sv.f_bfree = u.capacity > u.used ? (u.capacity - u.used) / bs : 0;
+	sv.f_bavail = sv.f_bfree;
+	sv.f_files = u.blocks;
+	sv.f_ffree = 0;
+	sv.f_favail = 0;
+	sv.f_namemax = BLOCKID_HEX_LEN;
+	fuse_reply_statfs(req, &sv);
+}
+
+static const struct fuse_lowlevel_ops ucmfs_ops = {
+	.init = op_init,
+	.destroy = op_destroy,
+	.lookup = op_lookup,
+	.forget = op_forget,
+	.forget_multi = op_forget_multi,
+	.getattr = op_getattr,
+	.setattr = op_setattr,
+	.open = op_open,
+	.create = op_create,
+	.read = op_read,
+	.write = op_write,
+	.flush = op_flush,
+	.release = op_release,
+	.fsync = op_fsync,
+	.fallocate = op_fallocate,
+	.unlink = op_unlink,
+	.mkdir = op_mkdir,
+	.rmdir = op_rmdir,
+	.mknod = op_mknod,
+	.symlink = op_symlink,
+	.link = op_link,
+	.rename = op_rename,
+	.opendir = dir_opendir,
+	.readdir = dir_readdir,
+	.releasedir = dir_releasedir,
+	.statfs = op_statfs,
+	.getxattr = xattr_get,
+	.setxattr = xattr_set,
+	.listxattr = xattr_list,
+	.removexattr = xattr_remove,
+};
+
+/* --- running ----------------------------------------------------------------------------- */
+
+static int build_args(const struct ucm_options *o, struct fuse_args *args)
+{
+	char opts[sizeof(o->fuse_opts) + 128];
+
+	snprintf(opts, sizeof(opts), "default_permissions,fsname=ucmfs,subtype=ucmfs%s%s",
+		 o->fuse_opts[0] ? "," : "", o->fuse_opts);
+	if (fuse_opt_add_arg(args, "ucmfs") || fuse_opt_add_arg(args, "-o") ||
+	    fuse_opt_add_arg(args, opts))
+		return -ENOMEM;
+	if (o->debug && fuse_opt_add_arg(args, "-d"))
+		return -ENOMEM;
+	return 0;
+}
+
+int fs_run(const struct ucm_options *o, struct tier *pipe)
+{
+	struct fuse_args args = FUSE_ARGS_INIT(0, NULL);
+	struct fuse_loop_config *lc = NULL;
+	struct ucmfs fs = { .pipe = pipe, .opts = o };
+	int status = 1, rc;
+
+	fs.uid = getuid();
+	fs.gid = getgid();
+	clock_gettime(CLOCK_REALTIME, &fs.start);
+	if (itable_create(&fs.itab) || build_args(o, &args)) {
+		log_err("out of memory");
+		goto out;
+	}
+	fs.se = fuse_session_new(&args, &ucmfs_ops, sizeof(ucmfs_ops), &fs);
+	if (!fs.se) {
+		log_err("cannot start a FUSE session (options: %s)", o->fuse_opts);
+		goto out;
+	}
+	if (fuse_set_signal_handlers(fs.se)) {
+		log_err("cannot install signal handlers");
+		goto out_session;
+	}
+	if (fuse_session_mount(fs.se, o->mountpoint)) {
+		log_err("cannot mount on %s", o->mountpoint);
+		goto out_signals;
+	}
+	if (!o->foreground)
+		log_use_syslog();
+	if (fuse_daemonize(o->foreground)) {
+		log_err("cannot go to the background");
+		goto out_unmount;
+	}
+	rc = pipeline_start(pipe);
+	if (rc) {
+		log_err("cannot start worker threads: %s", strerror(-rc));
+		goto out_unmount;
+	}
+	lc = fuse_loop_cfg_create();
+	if (!lc) {
+		log_err("out of memory");
+		goto out_unmount;
+	}
+	fuse_loop_cfg_set_max_threads(lc, 16);
+	fuse_loop_cfg_set_idle_threads(lc, 4);
+	rc = fuse_session_loop_mt(fs.se, lc);
+	status = rc == 0 || rc == SIGTERM || rc == SIGINT || rc == SIGHUP ? 0 : 1;
+out_unmount:
+	fuse_session_unmount(fs.se);
+out_signals:
+	fuse_remove_signal_handlers(fs.se);
+out_session:
+	/* every committed block reaches the disk before the daemon exits */
+	if (pipe->ops->drain)
+		pipe->ops->drain(pipe);
+	fuse_session_destroy(fs.se);
+out:
+	fuse_loop_cfg_destroy(lc);
+	fuse_opt_free_args(&args);
+	tier_destroy(pipe);
+	itable_destroy(fs.itab);
+	return status;
+}

@@ -1,0 +1,59 @@
+#include "src/blockid.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <xxhash.h>
+
+static int hexval(char c)
+{
+	if (c >= '0' && c <= '9')
+		return c - '0';
+	if (c >= 'a' && c <= 'f')
+		return c - 'a' + 10;
+	return -1;
+}
+
+int blockid_parse(const char *s, size_t len, struct blockid *out)
+{
+	if (len != BLOCKID_HEX_LEN)
+		return -EINVAL;
+	for (size_t i = 0; i < BLOCKID_LEN; i++) {
+		int hi = hexval(s[2 * i]), lo = hexval(s[2 * i + 1]);
+
+		if (hi < 0 || lo < 0)
+			return -EINVAL;
+		out->b[i] = (uint8_t)(hi << 4 | lo);
+	}
+	return 0;
+}
+
+int blockid_parse_name(const char *name, struct blockid *out)
+{
+	return blockid_parse(name, strnlen(name, BLOCKID_HEX_LEN + 1), out);
+}
+
+void blockid_format(const struct blockid *id, char out[BLOCKID_HEX_LEN + 1])
+{
+	static const char digits[] = "0123456789abcdef";
+
+	for (size_t i = 0; i < BLOCKID_LEN; i++) {
+		out[2 * i] = digits[id->b[i] >> 4];
+		out[2 * i + 1] = digits[id->b[i] & 15];
+	}
+	out[BLOCKID_HEX_LEN] = '\0';
+}
+
+uint64_t blockid_hash(const struct blockid *id)
+{
+	return XXH3_64bits(id->b, BLOCKID_LEN);
+}
+
+static int cmp_ids(const void *a, const void *b)
+{
+	return blockid_cmp(a, b);
+}
+
+void blockid_sort(struct blockid *ids, size_t n)
+{
+	qsort(ids, n, sizeof(*ids), cmp_ids);
+}

@@ -1,0 +1,16 @@
+/* Logging: to stderr in the foreground, to syslog once daemonized. */
+#ifndef UCM_LOG_H
+#define UCM_LOG_H
+
+enum { LOG_LVL_ERR, LOG_LVL_WARN, LOG_LVL_INFO, LOG_LVL_DEBUG };
+
+void log_set_level(int level);
+void log_use_syslog(void);
+void ucm_log(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+#define log_err(...) ucm_log(LOG_LVL_ERR, __VA_ARGS__)
+#define log_warn(...) ucm_log(LOG_LVL_WARN, __VA_ARGS__)
+#define log_info(...) ucm_log(LOG_LVL_INFO, __VA_ARGS__)
+#define log_debug(...) ucm_log(LOG_LVL_DEBUG, __VA_ARGS__)
+
+#endif

@@ -1,0 +1,39 @@
+/* ucmfs: a FUSE filesystem for the KV-cache blocks of LLM inference engines. See ucmfs(8). */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fs/fs.h"
+#include "src/log.h"
+#include "src/options.h"
+#include "tiers/pipeline.h"
+
+int main(int argc, char **argv)
+{
+	struct ucm_options o;
+	struct tier *pipe;
+	char msg[2048];
+	int rc;
+
+	rc = options_parse(&o, argc, argv, msg, sizeof(msg));
+	if (rc == 1) {
+		fputs(msg, stdout);
+		return 0;
+	}
+	if (rc) {
+		fprintf(stderr, "ucmfs: %s\n", rc == -ENOMEM ? "out of memory" : msg);
+		options_free(&o);
+		return 2;
+	}
+	if (o.debug)
+		log_set_level(LOG_LVL_DEBUG);
+	rc = pipeline_build(&o, &pipe);
+	if (rc) {
+		options_free(&o);
+		return 1;
+	}
+	rc = fs_run(&o, pipe);
+	options_free(&o);
+	return rc;
+}

@@ -1,0 +1,781 @@
+/*
+ * The memory tier.
+ *
+ * DESIGN
+ *
+ * Every block version in memory is a `struct cblock` with a 4 KiB-aligned buffer. A cblock
+ * is in one of three states:
+ *
+ *   RESERVED  being written through a reservation handle; in no map, so invisible
+ *   LIVE      the committed version of its id: in c->map, found by lookup/open
+ *   DEAD      replaced, removed, expired or evicted; kept only while handles refer to it
+ *
+ *   reserve -> RESERVED -> commit -> LIVE -> (replace|remove|evict|expire) -> DEAD -> freed
+ *                       -> abort  -> freed
+ *
+ * Invariants (checked by cache_check() in builds with -DUCM_CHECK_INVARIANTS):
+ *   - refs counts handles plus one for the map while LIVE; a cblock is freed at refs == 0.
+ *   - pins <= refs; pins counts user-visible readers only (not TIER_OPEN_INTERNAL refs).
+ *   - a LIVE cblock is in the policy iff pins == 0 and !dirty (it is evictable).
+ *   - used == the sum of cap over all cblocks not yet freed, and used <= capacity except
+ *     transiently never: room is made before a buffer grows.
+ *   - dirty_bytes == the sum of cap over LIVE dirty cblocks.
+ *
+ * A dirty block (committed, not yet written to the tier below) is never evicted; a pinned
+ * block is never evicted. A reservation that cannot find room waits up to dirty_wait_ms for
+ * dirty blocks to become clean before it fails -ENOSPC.
+ *
+ * Locking: one mutex, c->lock, protects everything above. It is never held across a call
+ * into another tier or the policy's caller; buffers are freed after it is dropped.
+ */
+#include "tiers/cache.h"
+
+#include <assert.h>
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "src/buf.h"
+#include "src/clock.h"
+#include "src/idmap.h"
+#include "tiers/cache_policy.h"
+
+enum { CB_RESERVED, CB_LIVE, CB_DEAD };
+
+struct cblock {
+	struct idnode node;      /* node.id is the id; in c->map while LIVE */
+	struct policy_entry pe;  /* in the policy while evictable */
+	int refs;                /* protected by c->lock */
+	uint32_t pins;           /* protected by c->lock */
+	uint8_t state;           /* protected by c->lock */
+	bool dirty;              /* protected by c->lock */
+	bool in_policy;          /* protected by c->lock */
+	void *data;              /* cap bytes; resized only by the reservation's owner */
+	uint64_t cap;            /* buffer bytes (the accounted size) */
+	uint64_t size;           /* logical size */
+	uint64_t version;
+	int64_t mtime, atime, deadline;
+};
+
+enum { H_READ, H_INTERNAL, H_WRITE };
+
+struct chandle {
+	struct tier_handle base;
+	struct cblock *b;
+	int kind;
+};
+
+struct cache {
+	struct tier tier;
+	pthread_mutex_t lock;
+	pthread_cond_t cleaned;        /* signalled when a dirty block becomes clean */
+	struct idmap map;              /* LIVE cblocks; protected by lock */
+	const struct cache_policy_ops *pol;
+	void *pol_priv;                /* protected by lock */
+	uint64_t capacity;
+	uint64_t used;                 /* protected by lock */
+	uint64_t dirty_bytes;          /* protected by lock */
+	uint64_t dirty_blocks;         /* protected by lock */
+	uint64_t next_version;         /* protected by lock */
+	unsigned dirty_wait_ms;
+};
+
+#define CB(n) ((struct cblock *)((char *)(n) - offsetof(struct cblock, node)))
+#define PE_CB(e) ((struct cblock *)((char *)(e) - offsetof(struct cblock, pe)))
+
+static struct cache *cache_of(struct tier *t)
+{
+	return t->priv;
+}
+
+static bool expired(const struct cblock *b, int64_t now)
+{
+	return b->deadline && now >= b->deadline;
+}
+
+#ifdef UCM_CHECK_INVARIANTS
+/* Check the invariants of the design notes; c->lock held. */
+static void check_one(struct idnode *n, void *arg)
+{
+	struct cblock *b = CB(n);
+	uint64_t *dirty = arg;
+
+	assert(b->state == CB_LIVE);
+	assert(b->refs >= 1 && b->pins <= (uint32_t)b->refs);
+	assert(b->in_policy == (b->pins == 0 && !b->dirty));
+	if (b->dirty)
+		*dirty += b->cap;
+}
+
+static void cache_check(struct cache *c)
+{
+	uint64_t dirty = 0;
+
+	idmap_foreach_safe(&c->map, check_one, &dirty);
+	assert(dirty == c->dirty_bytes);
+	assert(c->used <= c->capacity || c->map.count == 0);
+}
+#else
+static inline void cache_check(struct cache *c)
+{
+	(void)c;
+}
+#endif
+
+/* --- state transitions, all with c->lock held ------------------------------------------ */
+
+static void policy_out(struct cache *c, struct cblock *b)
+{
+	if (b->in_policy) {
+		c->pol->removed(c->pol_priv, &b->pe);
+		b->in_policy = false;
+	}
+}
+
+static void policy_in(struct cache *c, struct cblock *b)
+{
+	if (!b->in_policy && b->state == CB_LIVE && b->pins == 0 && !b->dirty) {
+		c->pol->admitted(c->pol_priv, &b->pe);
+		b->in_policy = true;
+	}
+}
+
+/* A list of cblocks whose buffers are freed once c->lock is dropped. */
+struct freelist {
+	struct cblock *v[8];
+	int n;
+};
+
+static void release_buffer(struct cache *c, struct cblock *b, struct freelist *fl)
+{
+	c->used -= b->cap;
+	if (fl && fl->n < (int)(sizeof(fl->v) / sizeof(fl->v[0]))) {
+		fl->v[fl->n++] = b;
+	} else {
+		buf_free(b->data, b->cap);
+		free(b);
+	}
+}
+
+static void freelist_run(struct freelist *fl)
+{
+	for (int i = 0; i < fl->n; i++) {
+		buf_free(fl->v[i]->data, fl->v[i]->cap);
+		free(fl->v[i]);
+	}
+	fl->n = 0;
+}
+
+static void put_locked(struct cache *c, struct cblock *b, struct freelist *fl)
+{
+	assert(b->refs > 0);
+	if (--b->refs == 0) {
+		assert(b->state != CB_LIVE);
+		release_buffer(c, b, fl);
+	}
+}
+
+/* LIVE -> DEAD: out of the map and the policy; drops the map's reference. */
+static void kill_locked(struct cache *c, struct cblock *b, struct freelist *fl)
+{
+	assert(b->state == CB_LIVE);
+	policy_out(c, b);
+	idmap_remove(&c->map, &b->node);
+	if (b->dirty) {
+		c->dirty_bytes -= b->cap;
+		c->dirty_blocks--;
+		b->dirty = false;
+	}
+	b->state = CB_DEAD;
+	put_locked(c, b, fl);
+}
+
+/* The LIVE, unexpired cblock of id, or NULL; an expired one is killed when unpinned. */
+static struct cblock *find_live(struct cache *c, const struct blockid *id, struct freelist *fl)
+{
+	struct idnode *n = idmap_find(&c->map, id);
+	struct cblock *b;
+
+	if (!n)
+		return NULL;
+	b = CB(n);
+	if (expired(b, mono_ns())) {
+		if (b->pins == 0)
+			kill_locked(c, b, fl);
+		return NULL;
+	}
+	return b;
+}
+
+/*
+ * Make room for `need` more bytes: evict policy victims until used + need <= capacity.
+ * Waits for dirty blocks to be cleaned (up to dirty_wait_ms). 0 or -ENOSPC.
+ */
+static int make_room(struct cache *c, uint64_t need, bool wait, struct freelist *fl)
+{
+	int64_t give_up = 0;
+
+	if (need > c->capacity)
+		return -ENOSPC;
+	while (c->used + need > c->capacity) {
+		struct policy_entry *e = c->pol->victim(c->pol_priv);
+		struct timespec ts;
+
+		if (e) {
+			kill_locked(c, PE_CB(e), fl);
+			continue;
+		}
+		/* nothing evictable: only dirty blocks can still become evictable */
+		if (c->dirty_bytes == 0 || c->dirty_wait_ms == 0 || !wait)
+			return -ENOSPC;
+		if (!give_up)
+			give_up = mono_ns() + (int64_t)c->dirty_wait_ms * 1000000;
+		else if (mono_ns() >= give_up)
+			return -ENOSPC;
+		clock_gettime(CLOCK_REALTIME, &ts);
+		ts.tv_nsec += 100 * 1000000;
+		if (ts.tv_nsec >= 1000000000) {
+			ts.tv_sec++;
+			ts.tv_nsec -= 1000000000;
+		}
+		/* the buffers collected so far are freed before sleeping */
+		pthread_mutex_unlock(&c->lock);
+		freelist_run(fl);
+		pthread_mutex_lock(&c->lock);
+		pthread_cond_timedwait(&c->cleaned, &c->lock, &ts);
+	}
+	return 0;
+}
+
+/* --- handles ----------------------------------------------------------------------------- */
+
+static struct chandle *new_handle(struct cache *c, struct cblock *b, int kind)
+{
+	struct chandle *h = malloc(sizeof(*h));
+
+	if (!h)
+		return NULL;
+	h->base.tier = &c->tier;
+	h->b = b;
+	h->kind = kind;
+	return h;
+}
+
+/* Take a reference (and a pin for H_READ) on a LIVE cblock; c->lock held. */
+static void grab_locked(struct cache *c, struct cblock *b, int kind)
+{
+	b->refs++;
+	if (kind == H_READ) {
+		b->pins++;
+		policy_out(c, b);
+	}
+	b->atime = wall_ns();
+}
+
+static void fill_attr(const struct cblock *b, struct block_attr *a)
+{
+	memset(a, 0, sizeof(*a));
+	a->size = b->size;
+	a->mtime = b->mtime;
+	a->atime = b->atime;
+	a->deadline = b->deadline;
+	a->version = b->version;
+	a->where = TIER_MEM;
+	a->pins = b->pins;
+	a->codec = CODEC_RAW;
+	a->dirty = b->dirty;
+}
+
+/* --- tier ops ---------------------------------------------------------------------------- */
+
+static int cache_lookup(struct tier *t, const struct blockid *id, struct block_attr *attr)
+{
+	struct cache *c = cache_of(t);
+	struct freelist fl = { .n = 0 };
+	struct cblock *b;
+
+	pthread_mutex_lock(&c->lock);
+	b = find_live(c, id, &fl);
+	if (b && attr)
+		fill_attr(b, attr);
+	pthread_mutex_unlock(&c->lock);
+	freelist_run(&fl);
+	return b ? 0 : -ENOENT;
+}
+
+static int cache_open(struct tier *t, const struct blockid *id, unsigned flags,
+		      struct tier_handle **out)
+{
+	struct cache *c = cache_of(t);
+	int kind = (flags & TIER_OPEN_INTERNAL) ? H_INTERNAL : H_READ;
+	struct freelist fl = { .n = 0 };
+	struct chandle *h = new_handle(c, NULL, kind);
+	struct cblock *b;
+
+	if (!h)
+		return -ENOMEM;
+	pthread_mutex_lock(&c->lock);
+	b = find_live(c, id, &fl);
+	if (b) {
+		grab_locked(c, b, kind);
+		h->b = b;
+	}
+	pthread_mutex_unlock(&c->lock);
+	freelist_run(&fl);
+	if (!b) {
+		free(h);
+		return -ENOENT;
+	}
+	*out = &h->base;
+	return 0;
+}
+
+static ssize_t cache_read(struct tier_handle *th, void *buf, size_t len, uint64_t off)
+{
+	struct cblock *b = ((struct chandle *)th)->b;
+
+	if (off >= b->size)
+		return 0;
+	if (len > b->size - off)
+		len = (size_t)(b->size - off);
+	memcpy(buf, (char *)b->data + off, len);
+	return (ssize_t)len;
+}
+
+static const void *cache_data(struct tier_handle *th)
+{
+	return ((struct chandle *)th)->b->data;
+}
+
+static int cache_stat(struct tier_handle *th, struct block_attr *attr)
+{
+	struct chandle *h = (struct chandle *)th;
+	struct cache *c = cache_of(th->tier);
+
+	pthread_mutex_lock(&c->lock);
+	fill_attr(h->b, attr);
+	pthread_mutex_unlock(&c->lock);
+	return 0;
+}
+
+static void cache_close(struct tier_handle *th)
+{
+	struct chandle *h = (struct chandle *)th;
+	struct cache *c = cache_of(th->tier);
+	struct cblock *b = h->b;
+	struct freelist fl = { .n = 0 };
+
+	pthread_mutex_lock(&c->lock);
+	if (h->kind == H_READ) {
+		assert(b->pins > 0);
+		b->pins--;
+	}
+	if (b->state == CB_LIVE && b->pins == 0) {
+		if (expired(b, mono_ns()))
+			kill_locked(c, b, &fl);
+		else
+			policy_in(c, b);
+	}
+	put_locked(c, b, &fl);
+	cache_check(c);
+	pthread_mutex_unlock(&c->lock);
+	freelist_run(&fl);
+	free(h);
+}
+
+static int cache_reserve(struct tier *t, const struct blockid *id, unsigned flags,
+			 uint64_t size_hint, struct tier_handle **out)
+{
+	struct cache *c = cache_of(t);
+	struct freelist fl = { .n = 0 };
+	struct cblock *b = calloc(1, sizeof(*b));
+	struct chandle *h;
+	uint64_t cap = buf_round(size_hint ? size_hint : 1);
+	int rc;
+
+	if (!b)
+		return -ENOMEM;
+	h = new_handle(c, b, H_WRITE);
+	b->data = buf_alloc(cap);
+	if (!h || !b->data) {
+		buf_free(b->data, cap);
+		free(h);
+		free(b);
+		return -ENOMEM;
+	}
+	b->node.id = *id;
+	b->cap = cap;
+	b->refs = 1;
+	b->state = CB_RESERVED;
+	pthread_mutex_lock(&c->lock);
+	rc = make_room(c, cap, !(flags & TIER_RESERVE_NOWAIT), &fl);
+	if (rc == 0)
+		c->used += cap;
+	pthread_mutex_unlock(&c->lock);
+	freelist_run(&fl);
+	if (rc) {
+		buf_free(b->data, cap);
+		free(h);
+		free(b);
+		return rc;
+	}
+	*out = &h->base;
+	return 0;
+}
+
+/* Resize a reservation's buffer to hold `size` bytes, making room first. */
+static int resize_reservation(struct cache *c, struct cblock *b, uint64_t size)
+{
+	struct freelist fl = { .n = 0 };
+	uint64_t cap = buf_round(size ? size : 1);
+	void *p;
+	int rc = 0;
+
+	if (cap == b->cap)
+		return 0;
+	if (cap > b->cap) {
+		pthread_mutex_lock(&c->lock);
+		rc = make_room(c, cap - b->cap, true, &fl);
+		if (rc == 0)
+			c->used += cap - b->cap;
+		pthread_mutex_unlock(&c->lock);
+		freelist_run(&fl);
+		if (rc)
+			return rc;
+	}
+	p = buf_resize(b->data, b->cap, cap);
+	pthread_mutex_lock(&c->lock);
+	if (!p) {
+		if (cap > b->cap)
+			c->used -= cap - b->cap;
+		rc = -ENOMEM;
+	} else {
+		if (cap < b->cap)
+			c->used -= b->cap - cap;
+		b->data = p;
+		b->cap = cap;
+	}
+	pthread_mutex_unlock(&c->lock);
+	return rc;
+}
+
+static ssize_t cache_write(struct tier_handle *th, const void *buf, size_t len, uint64_t off)
+{
+	struct cblock *b = ((struct chandle *)th)->b;
+	uint64_t end = off + len;
+
+	if (end > b->cap) {
+		/* grow geometrically so a block written in small pieces is not copied often */
+		uint64_t want = b->cap * 2 > end ? b->cap * 2 : end;
+		int rc = resize_reservation(cache_of(th->tier), b, want);
+
+		if (rc == -ENOSPC && want > end)
+			rc = resize_reservation(cache_of(th->tier), b, end);
+		if (rc)
+			return rc;
+	}
+	memcpy((char *)b->data + off, buf, len);
+	if (end > b->size)
+		b->size = end;
+	return (ssize_t)len;
+}
+
+static int cache_truncate(struct tier_handle *th, uint64_t size)
+{
+	struct cblock *b = ((struct chandle *)th)->b;
+	int rc = 0;
+
+	if (size > b->cap)
+		rc = resize_reservation(cache_of(th->tier), b, size);
+	if (rc)
+		return rc;
+	if (size < b->size)
+		memset((char *)b->data + size, 0, b->size - size);
+	b->size = size;
+	return 0;
+}
+
+static int cache_commit(struct tier_handle *th, const struct block_meta *meta, unsigned flags,
+			struct tier_handle **rd)
+{
+	struct chandle *h = (struct chandle *)th;
+	struct cache *c = cache_of(th->tier);
+	struct cblock *b = h->b, *old;
+	struct freelist fl = { .n = 0 };
+	struct chandle *r = NULL;
+
+	if (meta->size > b->cap) {
+		cache_truncate(th, meta->size); /* zero-filled growth: only for an empty tail */
+		if (meta->size > b->cap) {
+			tier_cache_ops.abort(th);
+			return -ENOSPC;
+		}
+	}
+	/* give back the slack of geometric growth before the block goes live */
+	if (buf_round(meta->size ? meta->size : 1) < b->cap)
+		resize_reservation(c, b, meta->size);
+	if (rd) {
+		r = new_handle(c, b, H_INTERNAL);
+		if (!r) {
+			tier_cache_ops.abort(th);
+			return -ENOMEM;
+		}
+	}
+	pthread_mutex_lock(&c->lock);
+	old = find_live(c, &b->node.id, &fl);
+	if (old && (flags & TIER_COMMIT_LOADED)) {
+		pthread_mutex_unlock(&c->lock);
+		freelist_run(&fl);
+		free(r);
+		tier_cache_ops.abort(th);
+		return -EEXIST;
+	}
+	if (old)
+		kill_locked(c, old, &fl);
+	b->state = CB_LIVE;
+	b->size = meta->size;
+	b->mtime = meta->mtime;
+	b->atime = wall_ns();
+	b->deadline = meta->deadline;
+	b->version = ++c->next_version;
+	b->dirty = (flags & TIER_COMMIT_DIRTY) != 0;
+	if (idmap_insert(&c->map, &b->node)) {
+		/* no memory for the shard's first table: the block cannot be published */
+		b->dirty = false;
+		b->state = CB_DEAD;
+		put_locked(c, b, &fl);
+		pthread_mutex_unlock(&c->lock);
+		freelist_run(&fl);
+		free(r);
+		free(h);
+		return -ENOMEM;
+	}
+	if (b->dirty) {
+		c->dirty_bytes += b->cap;
+		c->dirty_blocks++;
+	}
+	/* the reservation handle's reference becomes the map's */
+	if (r) {
+		r->kind = (flags & TIER_COMMIT_PIN) ? H_READ : H_INTERNAL;
+		grab_locked(c, b, r->kind);
+		*rd = &r->base;
+	}
+	policy_in(c, b);
+	cache_check(c);
+	pthread_mutex_unlock(&c->lock);
+	freelist_run(&fl);
+	free(h);
+	return 0;
+}
+
+static void cache_abort(struct tier_handle *th)
+{
+	struct chandle *h = (struct chandle *)th;
+	struct cache *c = cache_of(th->tier);
+	struct freelist fl = { .n = 0 };
+
+	pthread_mutex_lock(&c->lock);
+	h->b->state = CB_DEAD;
+	put_locked(c, h->b, &fl);
+	pthread_mutex_unlock(&c->lock);
+	freelist_run(&fl);
+	free(h);
+}
+
+static int cache_remove(struct tier *t, const struct blockid *id)
+{
+	struct cache *c = cache_of(t);
+	struct freelist fl = { .n = 0 };
+	struct idnode *n;
+
+	pthread_mutex_lock(&c->lock);
+	n = idmap_find(&c->map, id);
+	if (n)
+		kill_locked(c, CB(n), &fl);
+	pthread_mutex_unlock(&c->lock);
+	freelist_run(&fl);
+	return n ? 0 : -ENOENT;
+}
+
+static int cache_touch(struct tier *t, const struct blockid *id)
+{
+	struct cache *c = cache_of(t);
+	struct freelist fl = { .n = 0 };
+	struct cblock *b;
+
+	pthread_mutex_lock(&c->lock);
+	b = find_live(c, id, &fl);
+	if (b) {
+		b->atime = wall_ns();
+		if (b->in_policy)
+			c->pol->touched(c->pol_priv, &b->pe);
+	}
+	pthread_mutex_unlock(&c->lock);
+	freelist_run(&fl);
+	return b ? 0 : -ENOENT;
+}
+
+static int cache_set_deadline(struct tier *t, const struct blockid *id, int64_t deadline)
+{
+	struct cache *c = cache_of(t);
+	struct freelist fl = { .n = 0 };
+	struct cblock *b;
+
+	pthread_mutex_lock(&c->lock);
+	b = find_live(c, id, &fl);
+	if (b)
+		b->deadline = deadline;
+	pthread_mutex_unlock(&c->lock);
+	freelist_run(&fl);
+	return b ? 0 : -ENOENT;
+}
+
+static int cache_mark_clean(struct tier *t, const struct blockid *id, uint64_t version)
+{
+	struct cache *c = cache_of(t);
+	struct idnode *n;
+	int rc = -ENOENT;
+
+	pthread_mutex_lock(&c->lock);
+	n = idmap_find(&c->map, id);
+	if (n && CB(n)->version == version) {
+		struct cblock *b = CB(n);
+
+		if (b->dirty) {
+			b->dirty = false;
+			c->dirty_bytes -= b->cap;
+			c->dirty_blocks--;
+			policy_in(c, b);
+			pthread_cond_broadcast(&c->cleaned);
+		}
+		rc = 0;
+	}
+	pthread_mutex_unlock(&c->lock);
+	return rc;
+}
+
+struct shard_list {
+	struct blockid *ids;
+	size_t n, cap;
+	int64_t now;
+};
+
+static void collect(struct idnode *n, void *arg)
+{
+	struct shard_list *l = arg;
+
+	if (expired(CB(n), l->now))
+		return;
+	if (l->n == l->cap) {
+		size_t cap = l->cap ? l->cap * 2 : 64;
+		struct blockid *v = realloc(l->ids, cap * sizeof(*v));
+
+		if (!v)
+			return; /* listing is best effort under memory exhaustion */
+		l->ids = v;
+		l->cap = cap;
+	}
+	l->ids[l->n++] = n->id;
+}
+
+static int cache_list_shard(struct tier *t, unsigned shard, tier_list_fn fn, void *arg)
+{
+	struct cache *c = cache_of(t);
+	struct shard_list l = { .now = mono_ns() };
+
+	pthread_mutex_lock(&c->lock);
+	idmap_shard_foreach(&c->map, shard, collect, &l);
+	pthread_mutex_unlock(&c->lock);
+	for (size_t i = 0; i < l.n; i++)
+		if (fn(&l.ids[i], arg))
+			break;
+	free(l.ids);
+	return 0;
+}
+
+static int cache_usage(struct tier *t, struct tier_usage *u)
+{
+	struct cache *c = cache_of(t);
+
+	pthread_mutex_lock(&c->lock);
+	u->capacity = c->capacity;
+	u->used = c->used;
+	u->blocks = c->map.count;
+	u->dirty_blocks = c->dirty_blocks;
+	u->fs_free = 0;
+	pthread_mutex_unlock(&c->lock);
+	return 0;
+}
+
+static void drop_one(struct idnode *n, void *arg)
+{
+	struct cache *c = arg;
+	struct cblock *b = CB(n);
+
+	idmap_remove(&c->map, n);
+	buf_free(b->data, b->cap);
+	free(b);
+}
+
+static void cache_destroy(struct tier *t)
+{
+	struct cache *c = cache_of(t);
+
+	idmap_foreach_safe(&c->map, drop_one, c);
+	idmap_destroy(&c->map);
+	c->pol->destroy(c->pol_priv);
+	pthread_cond_destroy(&c->cleaned);
+	pthread_mutex_destroy(&c->lock);
+	free(c);
+}
+
+const struct tier_ops tier_cache_ops = {
+	.name = "cache",
+	.destroy = cache_destroy,
+	.lookup = cache_lookup,
+	.open = cache_open,
+	.read = cache_read,
+	.data = cache_data,
+	.stat = cache_stat,
+	.close = cache_close,
+	.reserve = cache_reserve,
+	.write = cache_write,
+	.truncate = cache_truncate,
+	.commit = cache_commit,
+	.abort = cache_abort,
+	.remove = cache_remove,
+	.touch = cache_touch,
+	.set_deadline = cache_set_deadline,
+	.mark_clean = cache_mark_clean,
+	.list_shard = cache_list_shard,
+	.usage = cache_usage,
+};
+
+int cache_create(const struct cache_config *cfg, struct tier **out)
+{
+	struct cache *c = calloc(1, sizeof(*c));
+	int rc;
+
+	if (!c)
+		return -ENOMEM;
+	switch (cfg->policy) {
+	default:
+		c->pol = &cache_policy_lru;
+		break;
+	}
+	rc = c->pol->create(&c->pol_priv);
+	if (rc) {
+		free(c);
+		return rc;
+	}
+	pthread_mutex_init(&c->lock, NULL);
+	pthread_cond_init(&c->cleaned, NULL);
+	idmap_init(&c->map);
+	c->capacity = cfg->capacity;
+	c->dirty_wait_ms = cfg->dirty_wait_ms;
+	c->tier.ops = &tier_cache_ops;
+	c->tier.priv = c;
+	*out = &c->tier;
+	return 0;
+}

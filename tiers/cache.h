@@ -1,0 +1,24 @@
+/* The memory tier: see the design notes at the top of tiers/cache.c. */
+#ifndef UCM_CACHE_H
+#define UCM_CACHE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "src/options.h"
+#include "tiers/tier.h"
+
+struct cache_config {
+	uint64_t capacity;      /* bytes of block buffers */
+	enum ucm_policy policy;
+	/* How long a reservation waits for dirty blocks to be written below before it fails
+	 * -ENOSPC (ms); 0 = never wait (no tier below). */
+	unsigned dirty_wait_ms;
+};
+
+/* 0, -ENOMEM, -EINVAL (unknown policy). *out is owned by the caller (tier_destroy). */
+int cache_create(const struct cache_config *cfg, struct tier **out);
+
+extern const struct tier_ops tier_cache_ops;
+
+#endif

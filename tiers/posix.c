@@ -1,0 +1,1122 @@
+/*
+ * The disk tier: one file per block.
+ *
+ * DESIGN
+ *
+ * Layouts:
+ *   native  STORE/data/<hex[0:3]>/<hex>: a 4 KiB header (tiers/posix_header.h), then the
+ *           payload, padded to a 4 KiB multiple.
+ *   ucm     STORE/<hex[0:3]>/<hex>: the raw block bytes, nothing else (UCM's PosixStore).
+ *
+ * A reservation writes a temp file beside the final name, "<hex>.tmp.<host>.<pid>.<n>"
+ * (layout=ucm first tries UCM's own "<hex>.tmp"); commit writes the header, optionally
+ * fdatasyncs, and renames it over the final name, so a block file is always whole. At start,
+ * temp files of this host are deleted (the store lock guarantees their writer is gone), and
+ * other hosts' temp files once they are an hour old.
+ *
+ * The index (id -> size, stored bytes, times, deadline, inode number) is rebuilt from the
+ * tree at start and kept in memory; lookups never touch the disk. It is protected by p->lock,
+ * which is never held across file IO. The inode number is the version of a block file: a
+ * replacement renames a new inode over the name.
+ *
+ * Reads verify the checksum of the stored bytes before any byte is returned: a whole-block
+ * read checks the buffer it filled, any other read first checks the whole file once per
+ * handle. A mismatch moves the file to STORE/quarantine/ and fails with -EIO.
+ */
+#include "tiers/posix.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#include "src/buf.h"
+#include "src/clock.h"
+#include "src/idmap.h"
+#include "src/log.h"
+#include "tiers/posix_header.h"
+
+#define TEMP_MARK ".tmp"
+#define FOREIGN_TEMP_AGE_S 3600
+#define VERIFY_CHUNK (1u << 20)
+
+struct pentry {
+	struct idnode node;
+	uint64_t size, stored, phys, ino;
+	int64_t mtime, atime, deadline;
+	uint32_t codec;
+};
+
+struct posix {
+	struct tier tier;
+	char *root;
+	char *data;              /* directory holding the shard directories */
+	enum ucm_layout layout;
+	bool durable;
+	uint64_t capacity;
+	char host[HOST_NAME_MAX + 1];
+	int lock_fd;
+	atomic_uint_fast64_t temp_seq;
+	pthread_mutex_t lock;
+	struct idmap map;        /* protected by lock */
+	uint64_t phys_used;      /* protected by lock */
+	atomic_uint_fast64_t quarantined, temp_removed, skipped;
+};
+
+struct phandle {
+	struct tier_handle base;
+	int fd;
+	bool writing;
+	bool verified;           /* read: the stored bytes matched their checksum */
+	struct blockid id;
+	uint64_t payload;        /* file offset of byte 0 of the block */
+	uint64_t size;           /* logical size (write: max(written end, declared)) */
+	uint64_t ino;
+	struct disk_header *hdr; /* read, native layout */
+	struct block_attr attr;  /* read */
+	XXH3_state_t *xx;        /* write: running checksum of bytes [0, hashed) */
+	uint64_t hashed;
+	char tmp[PATH_MAX];      /* write: temp file */
+};
+
+#define PE(n) ((struct pentry *)((char *)(n) - offsetof(struct pentry, node)))
+
+static struct posix *posix_of(struct tier *t)
+{
+	return t->priv;
+}
+
+static uint64_t payload_off(const struct posix *p)
+{
+	return p->layout == LAYOUT_NATIVE ? DISK_HEADER_SIZE : 0;
+}
+
+static void block_path(const struct posix *p, const struct blockid *id, char *out, size_t len)
+{
+	char hex[BLOCKID_HEX_LEN + 1];
+
+	blockid_format(id, hex);
+	snprintf(out, len, "%s/%.3s/%s", p->data, hex, hex);
+}
+
+static void shard_path(const struct posix *p, const struct blockid *id, char *out, size_t len)
+{
+	char hex[BLOCKID_HEX_LEN + 1];
+
+	blockid_format(id, hex);
+	snprintf(out, len, "%s/%.3s", p->data, hex);
+}
+
+static ssize_t pread_full(int fd, void *buf, size_t len, uint64_t off)
+{
+	size_t done = 0;
+
+	while (done < len) {
+		ssize_t n = pread(fd, (char *)buf + done, len - done, (off_t)(off + done));
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0)
+			return -errno;
+		if (n == 0)
+			break;
+		done += (size_t)n;
+	}
+	return (ssize_t)done;
+}
+
+static ssize_t pwrite_full(int fd, const void *buf, size_t len, uint64_t off)
+{
+	size_t done = 0;
+
+	while (done < len) {
+		ssize_t n = pwrite(fd, (const char *)buf + done, len - done, (off_t)(off + done));
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0)
+			return -errno;
+		done += (size_t)n;
+	}
+	return (ssize_t)done;
+}
+
+static int fsync_dir(const char *path)
+{
+	int fd = open(path, O_RDONLY | O_DIRECTORY), rc = 0;
+
+	if (fd < 0)
+		return -errno;
+	if (fsync(fd))
+		rc = -errno;
+	close(fd);
+	return rc;
+}
+
+static bool is_expired(int64_t deadline, int64_t now)
+{
+	return deadline && now >= deadline;
+}
+
+/* --- index ------------------------------------------------------------------------------- */
+
+/* Insert or replace the entry of e->node.id; takes ownership of e. p->lock held. */
+static void index_put(struct posix *p, struct pentry *e)
+{
+	struct idnode *n = idmap_find(&p->map, &e->node.id);
+
+	if (n) {
+		p->phys_used -= PE(n)->phys;
+		idmap_remove(&p->map, n);
+		free(PE(n));
+	}
+	if (idmap_insert(&p->map, &e->node)) {
+		free(e); /* cannot index it: the file stays on disk and is found at the next start */
+		return;
+	}
+	p->phys_used += e->phys;
+}
+
+/* Remove the entry of id if its inode is ino (any inode if ino == 0). p->lock held. */
+static bool index_drop(struct posix *p, const struct blockid *id, uint64_t ino)
+{
+	struct idnode *n = idmap_find(&p->map, id);
+
+	if (!n || (ino && PE(n)->ino != ino))
+		return false;
+	p->phys_used -= PE(n)->phys;
+	idmap_remove(&p->map, n);
+	free(PE(n));
+	return true;
+}
+
+static void quarantine(struct posix *p, const char *path, const struct blockid *id, uint64_t ino,
+		       const char *why)
+{
+	char qdir[PATH_MAX], dst[PATH_MAX];
+	const char *base = strrchr(path, '/');
+
+	snprintf(qdir, sizeof(qdir), "%s/quarantine", p->root);
+	mkdir(qdir, 0700);
+	snprintf(dst, sizeof(dst), "%s/%s.%lld", qdir, base ? base + 1 : path,
+		 (long long)wall_ns());
+	if (rename(path, dst) && errno != ENOENT)
+		unlink(path);
+	if (id) {
+		pthread_mutex_lock(&p->lock);
+		index_drop(p, id, ino);
+		pthread_mutex_unlock(&p->lock);
+	}
+	atomic_fetch_add(&p->quarantined, 1);
+	log_warn("quarantined %s: %s", path, why);
+}
+
+/* --- reading ----------------------------------------------------------------------------- */
+
+static void fill_attr_from_entry(const struct pentry *e, struct block_attr *a)
+{
+	memset(a, 0, sizeof(*a));
+	a->size = e->size;
+	a->stored = e->phys;
+	a->mtime = e->mtime;
+	a->atime = e->atime;
+	a->deadline = e->deadline;
+	a->version = e->ino;
+	a->where = TIER_DISK;
+	a->codec = e->codec;
+}
+
+static int posix_lookup(struct tier *t, const struct blockid *id, struct block_attr *attr)
+{
+	struct posix *p = posix_of(t);
+	struct idnode *n;
+	int rc = -ENOENT;
+
+	pthread_mutex_lock(&p->lock);
+	n = idmap_find(&p->map, id);
+	if (n && !is_expired(PE(n)->deadline, mono_ns())) {
+		if (attr)
+			fill_attr_from_entry(PE(n), attr);
+		rc = 0;
+	}
+	pthread_mutex_unlock(&p->lock);
+	return rc;
+}
+
+static struct phandle *new_handle(struct posix *p, const struct blockid *id)
+{
+	struct phandle *h = calloc(1, sizeof(*h));
+
+	if (!h)
+		return NULL;
+	h->base.tier = &p->tier;
+	h->fd = -1;
+	h->id = *id;
+	h->payload = payload_off(p);
+	return h;
+}
+
+static void free_handle(struct phandle *h)
+{
+	if (h->fd >= 0)
+		close(h->fd);
+	if (h->xx)
+		XXH3_freeState(h->xx);
+	free(h->hdr);
+	free(h);
+}
+
+static int posix_open(struct tier *t, const struct blockid *id, unsigned flags,
+		      struct tier_handle **out)
+{
+	struct posix *p = posix_of(t);
+	char path[PATH_MAX];
+	uint8_t raw[DISK_HEADER_SIZE];
+	struct phandle *h;
+	struct stat st;
+	int rc;
+
+	rc = posix_lookup(t, id, NULL);
+	if (rc)
+		return rc;
+	h = new_handle(p, id);
+	if (!h)
+		return -ENOMEM;
+	block_path(p, id, path, sizeof(path));
+	h->fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (h->fd < 0 || fstat(h->fd, &st)) {
+		rc = errno == ENOENT ? -ENOENT : -EIO;
+		goto err;
+	}
+	h->ino = st.st_ino;
+	if (p->layout == LAYOUT_UCM) {
+		h->size = (uint64_t)st.st_size;
+		h->verified = true; /* raw bytes carry no checksum */
+		memset(&h->attr, 0, sizeof(h->attr));
+		h->attr.size = h->size;
+		h->attr.stored = (uint64_t)st.st_blocks * 512;
+		h->attr.mtime = (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec;
+		h->attr.version = h->ino;
+		h->attr.where = TIER_DISK;
+		*out = &h->base;
+		return 0;
+	}
+	h->hdr = malloc(sizeof(*h->hdr));
+	rc = -ENOMEM;
+	if (!h->hdr)
+		goto err;
+	rc = (int)pread_full(h->fd, raw, sizeof(raw), 0);
+	if (rc != (int)sizeof(raw) || disk_header_decode(raw, h->hdr) ||
+	    !blockid_eq(&h->hdr->id, id) ||
+	    (uint64_t)st.st_size < DISK_HEADER_SIZE + h->hdr->stored_size) {
+		quarantine(p, path, id, h->ino, "bad header");
+		rc = -EIO;
+		goto err;
+	}
+	h->size = h->hdr->raw_size;
+	memset(&h->attr, 0, sizeof(h->attr));
+	h->attr.size = h->size;
+	h->attr.stored = (uint64_t)st.st_blocks * 512;
+	h->attr.mtime = h->hdr->mtime;
+	h->attr.deadline = h->hdr->deadline ? wall_to_mono(h->hdr->deadline) : 0;
+	h->attr.version = h->ino;
+	h->attr.where = TIER_DISK;
+	h->attr.codec = h->hdr->codec;
+	*out = &h->base;
+	return 0;
+err:
+	free_handle(h);
+	return rc;
+}
+
+/* Check the whole payload of a read handle against its checksum, once. 0 or -EIO. */
+static int verify_whole(struct phandle *h)
+{
+	struct posix *p = posix_of(h->base.tier);
+	char *buf;
+	XXH3_state_t *st;
+	uint64_t off = 0, n = h->hdr->stored_size;
+	int rc = 0;
+
+	if (h->verified)
+		return 0;
+	buf = malloc(VERIFY_CHUNK);
+	st = XXH3_createState();
+	if (!buf || !st) {
+		rc = -ENOMEM;
+		goto out;
+	}
+	XXH3_64bits_reset(st);
+	while (off < n) {
+		size_t len = n - off < VERIFY_CHUNK ? (size_t)(n - off) : VERIFY_CHUNK;
+		ssize_t r = pread_full(h->fd, buf, len, h->payload + off);
+
+		if (r != (ssize_t)len) {
+			rc = -EIO;
+			break;
+		}
+		XXH3_64bits_update(st, buf, len);
+		off += len;
+	}
+	if (rc == 0 && XXH3_64bits_digest(st) != h->hdr->csum)
+		rc = -EIO;
+out:
+	if (rc == -EIO) {
+		char path[PATH_MAX];
+
+		block_path(p, &h->id, path, sizeof(path));
+		quarantine(p, path, &h->id, h->ino, "checksum mismatch");
+	}
+	h->verified = rc == 0;
+	free(buf);
+	XXH3_freeState(st);
+	return rc;
+}
+
+static ssize_t posix_read(struct tier_handle *th, void *buf, size_t len, uint64_t off)
+{
+	struct phandle *h = (struct phandle *)th;
+	ssize_t n;
+	int rc;
+
+	if (off >= h->size)
+		return 0;
+	if (len > h->size - off)
+		len = (size_t)(h->size - off);
+	if (h->writing)
+		return pread_full(h->fd, buf, len, h->payload + off);
+	if (!h->verified && !(off == 0 && len == h->size)) {
+		rc = verify_whole(h);
+		if (rc)
+			return rc;
+	}
+	n = pread_full(h->fd, buf, len, h->payload + off);
+	if (n < 0)
+		return -EIO;
+	if ((size_t)n != len) {
+		if (!h->verified) {
+			char path[PATH_MAX];
+
+			block_path(posix_of(th->tier), &h->id, path, sizeof(path));
+			quarantine(posix_of(th->tier), path, &h->id, h->ino, "file too short");
+		}
+		return -EIO;
+	}
+	if (!h->verified) {
+		/* a whole-block read: check exactly the bytes about to be returned */
+		if (XXH3_64bits(buf, len) != h->hdr->csum) {
+			char path[PATH_MAX];
+
+			block_path(posix_of(th->tier), &h->id, path, sizeof(path));
+			quarantine(posix_of(th->tier), path, &h->id, h->ino, "checksum mismatch");
+			return -EIO;
+		}
+		h->verified = true;
+	}
+	return n;
+}
+
+static int posix_stat(struct tier_handle *th, struct block_attr *attr)
+{
+	struct phandle *h = (struct phandle *)th;
+
+	if (h->writing) {
+		memset(attr, 0, sizeof(*attr));
+		attr->size = h->size;
+		attr->where = TIER_DISK;
+		return 0;
+	}
+	*attr = h->attr;
+	return 0;
+}
+
+static void posix_close(struct tier_handle *th)
+{
+	free_handle((struct phandle *)th);
+}
+
+/* --- writing ----------------------------------------------------------------------------- */
+
+/* Create h->tmp exclusively, making its shard directory if needed. 0 or -errno. */
+static int create_temp(struct phandle *h, const char *dir)
+{
+	for (int attempt = 0; attempt < 2; attempt++) {
+		h->fd = open(h->tmp, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+		if (h->fd >= 0)
+			return 0;
+		if (errno != ENOENT || attempt)
+			break;
+		if (mkdir(dir, 0700) && errno != EEXIST)
+			return -errno;
+	}
+	return -errno;
+}
+
+static int open_temp(struct posix *p, struct phandle *h)
+{
+	char dir[PATH_MAX], hex[BLOCKID_HEX_LEN + 1];
+
+	shard_path(p, &h->id, dir, sizeof(dir));
+	blockid_format(&h->id, hex);
+	if (p->layout == LAYOUT_UCM) {
+		/* UCM's own temp name, unless another writer of this id holds it */
+		snprintf(h->tmp, sizeof(h->tmp), "%s/%s.tmp", dir, hex);
+		if (create_temp(h, dir) == 0)
+			return 0;
+	}
+	snprintf(h->tmp, sizeof(h->tmp), "%s/%s" TEMP_MARK ".%s.%d.%llu", dir, hex, p->host,
+		 (int)getpid(), (unsigned long long)atomic_fetch_add(&p->temp_seq, 1));
+	return create_temp(h, dir);
+}
+
+static int posix_reserve(struct tier *t, const struct blockid *id, unsigned flags,
+			 uint64_t size_hint, struct tier_handle **out)
+{
+	struct posix *p = posix_of(t);
+	struct phandle *h;
+	int rc;
+
+	if ((flags & TIER_RESERVE_EXCL) && posix_lookup(t, id, NULL) == 0)
+		return -EEXIST;
+	h = new_handle(p, id);
+	if (!h)
+		return -ENOMEM;
+	h->writing = true;
+	h->verified = true;
+	h->xx = XXH3_createState();
+	if (!h->xx) {
+		free_handle(h);
+		return -ENOMEM;
+	}
+	XXH3_64bits_reset(h->xx);
+	rc = open_temp(p, h);
+	if (rc) {
+		free_handle(h);
+		return rc == -ENOSPC || rc == -EDQUOT ? -ENOSPC : rc;
+	}
+	*out = &h->base;
+	return 0;
+}
+
+static int io_error(int rc)
+{
+	return rc == -ENOSPC || rc == -EDQUOT ? -ENOSPC : (rc == -ENOMEM ? rc : -EIO);
+}
+
+static ssize_t posix_write(struct tier_handle *th, const void *buf, size_t len, uint64_t off)
+{
+	struct phandle *h = (struct phandle *)th;
+	ssize_t n = pwrite_full(h->fd, buf, len, h->payload + off);
+
+	if (n < 0)
+		return io_error((int)n);
+	if (off == h->hashed) {
+		XXH3_64bits_update(h->xx, buf, len);
+		h->hashed += len;
+	} else if (off < h->hashed) {
+		h->hashed = UINT64_MAX; /* overwritten: hash again at commit */
+	}
+	if (off + len > h->size)
+		h->size = off + len;
+	return n;
+}
+
+static int posix_truncate(struct tier_handle *th, uint64_t size)
+{
+	struct phandle *h = (struct phandle *)th;
+
+	if (ftruncate(h->fd, (off_t)(h->payload + size)))
+		return io_error(-errno);
+	if (size < h->hashed)
+		h->hashed = UINT64_MAX;
+	h->size = size;
+	return 0;
+}
+
+/* The checksum of the first `size` payload bytes, hashing the file again if needed. */
+static int payload_checksum(struct phandle *h, uint64_t size, uint64_t *out)
+{
+	char *buf;
+	uint64_t off = 0;
+
+	if (h->hashed == size) {
+		*out = XXH3_64bits_digest(h->xx);
+		return 0;
+	}
+	buf = malloc(VERIFY_CHUNK);
+	if (!buf)
+		return -ENOMEM;
+	XXH3_64bits_reset(h->xx);
+	while (off < size) {
+		size_t len = size - off < VERIFY_CHUNK ? (size_t)(size - off) : VERIFY_CHUNK;
+		ssize_t n = pread_full(h->fd, buf, len, h->payload + off);
+
+		if (n < 0) {
+			free(buf);
+			return -EIO;
+		}
+		if ((size_t)n < len)
+			memset(buf + n, 0, len - (size_t)n); /* a hole at the end reads as zeros */
+		XXH3_64bits_update(h->xx, buf, len);
+		off += len;
+	}
+	free(buf);
+	*out = XXH3_64bits_digest(h->xx);
+	return 0;
+}
+
+static int posix_commit(struct tier_handle *th, const struct block_meta *meta, unsigned flags,
+			struct tier_handle **rd)
+{
+	struct phandle *h = (struct phandle *)th;
+	struct posix *p = posix_of(th->tier);
+	char path[PATH_MAX], dir[PATH_MAX];
+	struct pentry *e = calloc(1, sizeof(*e));
+	bool durable = p->durable || (flags & TIER_COMMIT_DURABLE);
+	struct stat st;
+	int rc = -ENOMEM;
+
+	if (!e)
+		goto err;
+	if (p->layout == LAYOUT_NATIVE) {
+		struct disk_header *hd = calloc(1, sizeof(*hd));
+		uint8_t *raw = malloc(DISK_HEADER_SIZE);
+
+		if (!hd || !raw) {
+			free(hd);
+			free(raw);
+			goto err;
+		}
+		hd->id = h->id;
+		hd->raw_size = hd->stored_size = meta->size;
+		hd->codec = CODEC_RAW;
+		hd->mtime = meta->mtime;
+		hd->deadline = meta->deadline ? mono_to_wall(meta->deadline) : 0;
+		rc = payload_checksum(h, meta->size, &hd->csum);
+		if (rc == 0) {
+			disk_header_encode(hd, raw);
+			rc = (int)pwrite_full(h->fd, raw, DISK_HEADER_SIZE, 0);
+			if (rc >= 0)
+				rc = ftruncate(h->fd, (off_t)(DISK_HEADER_SIZE + buf_round(meta->size)))
+					     ? -errno : 0;
+		}
+		free(hd);
+		free(raw);
+	} else {
+		rc = ftruncate(h->fd, (off_t)meta->size) ? -errno : 0;
+	}
+	if (rc)
+		goto err_io;
+	if (durable && fdatasync(h->fd)) {
+		rc = -errno;
+		goto err_io;
+	}
+	if (fstat(h->fd, &st)) {
+		rc = -errno;
+		goto err_io;
+	}
+	block_path(p, &h->id, path, sizeof(path));
+	if (rename(h->tmp, path)) {
+		rc = -errno;
+		goto err_io;
+	}
+	h->tmp[0] = '\0';
+	if (durable) {
+		shard_path(p, &h->id, dir, sizeof(dir));
+		fsync_dir(dir);
+	}
+	e->node.id = h->id;
+	e->size = meta->size;
+	e->stored = meta->size;
+	e->phys = (uint64_t)st.st_blocks * 512;
+	e->ino = st.st_ino;
+	e->mtime = meta->mtime;
+	e->atime = wall_ns();
+	e->deadline = meta->deadline;
+	e->codec = CODEC_RAW;
+	pthread_mutex_lock(&p->lock);
+	index_put(p, e);
+	pthread_mutex_unlock(&p->lock);
+	if (rd && posix_open(&p->tier, &h->id, 0, rd))
+		*rd = NULL; /* published; the caller reopens if it still wants it */
+	free_handle(h);
+	return 0;
+err_io:
+	rc = io_error(rc);
+err:
+	free(e);
+	tier_posix_ops.abort(th);
+	return rc;
+}
+
+static void posix_abort(struct tier_handle *th)
+{
+	struct phandle *h = (struct phandle *)th;
+
+	if (h->tmp[0])
+		unlink(h->tmp);
+	free_handle(h);
+}
+
+/* --- other ops --------------------------------------------------------------------------- */
+
+static int posix_remove(struct tier *t, const struct blockid *id)
+{
+	struct posix *p = posix_of(t);
+	char path[PATH_MAX];
+	bool had;
+
+	pthread_mutex_lock(&p->lock);
+	had = index_drop(p, id, 0);
+	pthread_mutex_unlock(&p->lock);
+	block_path(p, id, path, sizeof(path));
+	if (unlink(path) && errno != ENOENT)
+		log_warn("cannot remove %s: %s", path, strerror(errno));
+	return had ? 0 : -ENOENT;
+}
+
+static int posix_touch(struct tier *t, const struct blockid *id)
+{
+	struct posix *p = posix_of(t);
+	struct idnode *n;
+
+	pthread_mutex_lock(&p->lock);
+	n = idmap_find(&p->map, id);
+	if (n)
+		PE(n)->atime = wall_ns();
+	pthread_mutex_unlock(&p->lock);
+	return n ? 0 : -ENOENT;
+}
+
+static int posix_set_deadline(struct tier *t, const struct blockid *id, int64_t deadline)
+{
+	struct posix *p = posix_of(t);
+	char path[PATH_MAX];
+	uint8_t *raw = NULL;
+	struct disk_header *hd = NULL;
+	struct idnode *n;
+	int fd = -1, rc = 0;
+
+	if (p->layout == LAYOUT_NATIVE) {
+		block_path(p, id, path, sizeof(path));
+		raw = malloc(DISK_HEADER_SIZE);
+		hd = malloc(sizeof(*hd));
+		fd = open(path, O_RDWR | O_CLOEXEC);
+		if (!raw || !hd)
+			rc = -ENOMEM;
+		else if (fd < 0)
+			rc = errno == ENOENT ? -ENOENT : -EIO;
+		else if (pread_full(fd, raw, DISK_HEADER_SIZE, 0) != DISK_HEADER_SIZE ||
+			 disk_header_decode(raw, hd))
+			rc = -EIO;
+		if (rc == 0) {
+			hd->deadline = deadline ? mono_to_wall(deadline) : 0;
+			disk_header_encode(hd, raw);
+			if (pwrite_full(fd, raw, DISK_HEADER_SIZE, 0) != DISK_HEADER_SIZE)
+				rc = -EIO;
+		}
+		if (fd >= 0)
+			close(fd);
+		free(raw);
+		free(hd);
+		if (rc)
+			return rc;
+	}
+	pthread_mutex_lock(&p->lock);
+	n = idmap_find(&p->map, id);
+	if (n)
+		PE(n)->deadline = deadline;
+	pthread_mutex_unlock(&p->lock);
+	return n ? 0 : -ENOENT;
+}
+
+static int posix_sync(struct tier *t, const struct blockid *id)
+{
+	struct posix *p = posix_of(t);
+	char path[PATH_MAX];
+	int fd, rc = 0;
+
+	block_path(p, id, path, sizeof(path));
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return errno == ENOENT ? -ENOENT : -EIO;
+	if (fdatasync(fd))
+		rc = -EIO;
+	close(fd);
+	shard_path(p, id, path, sizeof(path));
+	if (rc == 0 && fsync_dir(path))
+		rc = -EIO;
+	return rc;
+}
+
+struct list_ctx {
+	struct blockid *ids;
+	size_t n, cap;
+	int64_t now;
+};
+
+static void collect(struct idnode *n, void *arg)
+{
+	struct list_ctx *l = arg;
+
+	if (is_expired(PE(n)->deadline, l->now))
+		return;
+	if (l->n == l->cap) {
+		size_t cap = l->cap ? l->cap * 2 : 64;
+		struct blockid *v = realloc(l->ids, cap * sizeof(*v));
+
+		if (!v)
+			return;
+		l->ids = v;
+		l->cap = cap;
+	}
+	l->ids[l->n++] = n->id;
+}
+
+static int posix_list_shard(struct tier *t, unsigned shard, tier_list_fn fn, void *arg)
+{
+	struct posix *p = posix_of(t);
+	struct list_ctx l = { .now = mono_ns() };
+
+	pthread_mutex_lock(&p->lock);
+	idmap_shard_foreach(&p->map, shard, collect, &l);
+	pthread_mutex_unlock(&p->lock);
+	for (size_t i = 0; i < l.n; i++)
+		if (fn(&l.ids[i], arg))
+			break;
+	free(l.ids);
+	return 0;
+}
+
+static int posix_usage(struct tier *t, struct tier_usage *u)
+{
+	struct posix *p = posix_of(t);
+	struct statvfs sv;
+
+	pthread_mutex_lock(&p->lock);
+	u->used = p->phys_used;
+	u->blocks = p->map.count;
+	pthread_mutex_unlock(&p->lock);
+	if (statvfs(p->data, &sv))
+		memset(&sv, 0, sizeof(sv));
+	u->fs_free = (uint64_t)sv.f_bavail * sv.f_frsize;
+	if (p->capacity) {
+		u->capacity = p->capacity;
+	} else {
+		/* until the filesystem has 5% free */
+		uint64_t total = (uint64_t)sv.f_blocks * sv.f_frsize, reserve = total / 20;
+
+		u->capacity = u->used + (u->fs_free > reserve ? u->fs_free - reserve : 0);
+	}
+	return 0;
+}
+
+static void drop_entry(struct idnode *n, void *arg)
+{
+	idmap_remove(arg, n);
+	free(PE(n));
+}
+
+static void posix_destroy(struct tier *t)
+{
+	struct posix *p = posix_of(t);
+
+	idmap_foreach_safe(&p->map, drop_entry, &p->map);
+	idmap_destroy(&p->map);
+	if (p->lock_fd >= 0)
+		close(p->lock_fd);
+	pthread_mutex_destroy(&p->lock);
+	free(p->root);
+	free(p->data);
+	free(p);
+}
+
+void posix_counters(struct tier *t, struct posix_counters *out)
+{
+	struct posix *p = posix_of(t);
+
+	out->quarantined = atomic_load(&p->quarantined);
+	out->temp_removed = atomic_load(&p->temp_removed);
+	out->skipped = atomic_load(&p->skipped);
+}
+
+const struct tier_ops tier_posix_ops = {
+	.name = "posix",
+	.destroy = posix_destroy,
+	.lookup = posix_lookup,
+	.open = posix_open,
+	.read = posix_read,
+	.stat = posix_stat,
+	.close = posix_close,
+	.reserve = posix_reserve,
+	.write = posix_write,
+	.truncate = posix_truncate,
+	.commit = posix_commit,
+	.abort = posix_abort,
+	.remove = posix_remove,
+	.touch = posix_touch,
+	.set_deadline = posix_set_deadline,
+	.sync = posix_sync,
+	.list_shard = posix_list_shard,
+	.usage = posix_usage,
+};
+
+/* --- start: lock, scan, recover ---------------------------------------------------------- */
+
+/* Handle a temp file found at start: delete it if it is ours or stale. */
+static void scan_temp(struct posix *p, int dfd, const char *name, const char *dir)
+{
+	const char *mark = strstr(name, TEMP_MARK);
+	const char *host = mark[strlen(TEMP_MARK)] == '.' ? mark + strlen(TEMP_MARK) + 1 : NULL;
+	size_t hlen = strlen(p->host);
+	struct stat st;
+	bool ours = host && !strncmp(host, p->host, hlen) && host[hlen] == '.';
+
+	if (!ours) {
+		if (fstatat(dfd, name, &st, AT_SYMLINK_NOFOLLOW))
+			return;
+		if (wall_ns() / 1000000000 - st.st_mtim.tv_sec < FOREIGN_TEMP_AGE_S)
+			return;
+	}
+	if (unlinkat(dfd, name, 0) == 0) {
+		atomic_fetch_add(&p->temp_removed, 1);
+		log_debug("removed leftover temp file %s/%s", dir, name);
+	}
+}
+
+/* Index one block file found at start; quarantine it if it is damaged. */
+static void scan_block(struct posix *p, int dfd, const char *name, const char *dir,
+		       const struct blockid *id)
+{
+	char path[PATH_MAX];
+	uint8_t raw[DISK_HEADER_SIZE];
+	struct disk_header hd;
+	struct pentry *e;
+	struct stat st;
+	int fd;
+
+	snprintf(path, sizeof(path), "%s/%s", dir, name);
+	fd = openat(dfd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
+	if (fd < 0 || fstat(fd, &st) || !S_ISREG(st.st_mode)) {
+		if (fd >= 0)
+			close(fd);
+		atomic_fetch_add(&p->skipped, 1);
+		log_warn("skipped %s: not a regular block file", path);
+		return;
+	}
+	e = calloc(1, sizeof(*e));
+	if (!e) {
+		close(fd);
+		return;
+	}
+	e->node.id = *id;
+	e->phys = (uint64_t)st.st_blocks * 512;
+	e->ino = st.st_ino;
+	e->atime = (int64_t)st.st_atim.tv_sec * 1000000000 + st.st_atim.tv_nsec;
+	if (p->layout == LAYOUT_UCM) {
+		e->size = e->stored = (uint64_t)st.st_size;
+		e->mtime = (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec;
+	} else {
+		if (pread_full(fd, raw, sizeof(raw), 0) != (ssize_t)sizeof(raw) ||
+		    disk_header_decode(raw, &hd) || !blockid_eq(&hd.id, id) ||
+		    (uint64_t)st.st_size < DISK_HEADER_SIZE + hd.stored_size) {
+			close(fd);
+			free(e);
+			quarantine(p, path, NULL, 0, "bad header");
+			return;
+		}
+		e->size = hd.raw_size;
+		e->stored = hd.stored_size;
+		e->mtime = hd.mtime;
+		e->codec = hd.codec;
+		if (hd.deadline) {
+			if (hd.deadline <= wall_ns()) {
+				close(fd);
+				free(e);
+				unlinkat(dfd, name, 0); /* expired while nobody was looking */
+				return;
+			}
+			e->deadline = wall_to_mono(hd.deadline);
+		}
+	}
+	close(fd);
+	pthread_mutex_lock(&p->lock);
+	index_put(p, e);
+	pthread_mutex_unlock(&p->lock);
+}
+
+static bool shard_name(const char *name)
+{
+	struct blockid id;
+	char hex[BLOCKID_HEX_LEN];
+
+	if (strlen(name) != 3)
+		return false;
+	memcpy(hex, name, 3);
+	memset(hex + 3, '0', sizeof(hex) - 3);
+	return blockid_parse(hex, sizeof(hex), &id) == 0;
+}
+
+static void scan_shard(struct posix *p, const char *shard)
+{
+	char dir[PATH_MAX];
+	struct dirent *de;
+	DIR *d;
+
+	snprintf(dir, sizeof(dir), "%s/%s", p->data, shard);
+	d = opendir(dir);
+	if (!d)
+		return;
+	while ((de = readdir(d))) {
+		struct blockid id;
+
+		if (de->d_name[0] == '.')
+			continue;
+		if (strstr(de->d_name, TEMP_MARK))
+			scan_temp(p, dirfd(d), de->d_name, dir);
+		else if (blockid_parse_name(de->d_name, &id) == 0 && !strncmp(de->d_name, shard, 3))
+			scan_block(p, dirfd(d), de->d_name, dir, &id);
+		else
+			atomic_fetch_add(&p->skipped, 1);
+	}
+	closedir(d);
+}
+
+static int scan(struct posix *p)
+{
+	struct dirent *de;
+	DIR *d = opendir(p->data);
+	uint64_t n;
+
+	if (!d)
+		return -errno;
+	while ((de = readdir(d)))
+		if (shard_name(de->d_name))
+			scan_shard(p, de->d_name);
+	closedir(d);
+	n = p->map.count;
+	log_info("store %s: %llu blocks, %llu bytes on disk", p->root, (unsigned long long)n,
+		 (unsigned long long)p->phys_used);
+	return 0;
+}
+
+/* Only one daemon per host uses a store at a time: the next one waits for the previous one
+ * to finish writing its blocks (an unmount returns before the daemon has exited). */
+static int lock_store(struct posix *p, unsigned wait_s)
+{
+	char path[PATH_MAX], pid[32];
+	int64_t give_up = mono_ns() + (int64_t)wait_s * 1000000000;
+	bool said = false;
+
+	snprintf(path, sizeof(path), "%s/.lock.%s", p->root, p->host);
+	p->lock_fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+	if (p->lock_fd < 0)
+		return -errno;
+	while (flock(p->lock_fd, LOCK_EX | LOCK_NB)) {
+		if (errno != EWOULDBLOCK)
+			return -errno;
+		if (mono_ns() >= give_up) {
+			log_err("STORE %s is in use by another ucmfs on this host", p->root);
+			return -EBUSY;
+		}
+		if (!said)
+			log_info("waiting for the previous ucmfs of STORE %s to finish", p->root);
+		said = true;
+		usleep(50000);
+	}
+	snprintf(pid, sizeof(pid), "%d\n", (int)getpid());
+	if (ftruncate(p->lock_fd, 0) == 0 && pwrite(p->lock_fd, pid, strlen(pid), 0) < 0)
+		log_debug("cannot write pid to %s", path);
+	return 0;
+}
+
+static int make_dir(const char *path)
+{
+	if (mkdir(path, 0700) && errno != EEXIST) {
+		int rc = -errno;
+
+		log_err("cannot create STORE directory %s: %s", path, strerror(errno));
+		return rc;
+	}
+	return 0;
+}
+
+int posix_create(const struct posix_config *cfg, struct tier **out)
+{
+	struct posix *p = calloc(1, sizeof(*p));
+	struct stat st;
+	int rc = -ENOMEM;
+
+	if (!p)
+		return -ENOMEM;
+	p->lock_fd = -1;
+	pthread_mutex_init(&p->lock, NULL);
+	idmap_init(&p->map);
+	p->layout = cfg->layout;
+	p->durable = cfg->durable;
+	p->capacity = cfg->capacity;
+	if (gethostname(p->host, sizeof(p->host) - 1) || !p->host[0])
+		snprintf(p->host, sizeof(p->host), "localhost");
+	for (char *c = p->host; *c; c++)
+		if (*c == '.' || *c == '/')
+			*c = '_';
+	if (strlen(cfg->root) > PATH_MAX - 256) {
+		log_err("STORE path is too long: %.64s...", cfg->root);
+		rc = -ENAMETOOLONG;
+		goto err;
+	}
+	rc = make_dir(cfg->root);
+	if (rc)
+		goto err;
+	if (stat(cfg->root, &st) || !S_ISDIR(st.st_mode)) {
+		log_err("STORE %s is not a directory", cfg->root);
+		rc = -ENOTDIR;
+		goto err;
+	}
+	/* absolute: the daemon changes its directory to / when it starts serving */
+	rc = -ENOMEM;
+	p->root = realpath(cfg->root, NULL);
+	if (!p->root)
+		goto err;
+	if (p->layout == LAYOUT_NATIVE) {
+		if (asprintf(&p->data, "%s/data", p->root) < 0) {
+			p->data = NULL;
+			goto err;
+		}
+	} else {
+		p->data = strdup(p->root);
+		if (!p->data)
+			goto err;
+	}
+	rc = 0;
+	if (rc == 0)
+		rc = make_dir(p->data);
+	if (rc == 0 && access(p->data, R_OK | W_OK | X_OK)) {
+		rc = -errno;
+		log_err("STORE %s is not writable: %s", p->data, strerror(errno));
+	}
+	if (rc == 0)
+		rc = lock_store(p, cfg->lock_wait_s);
+	if (rc == 0)
+		rc = scan(p);
+	if (rc)
+		goto err;
+	p->tier.ops = &tier_posix_ops;
+	p->tier.priv = p;
+	*out = &p->tier;
+	return 0;
+err:
+	p->tier.priv = p;
+	posix_destroy(&p->tier);
+	return rc;
+}

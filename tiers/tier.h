@@ -1,0 +1,210 @@
+/*
+ * The tier interface.
+ *
+ * Every storage stage of ucmfs -- the memory cache, the disk tier, and the pipeline that
+ * stacks them -- is a `struct tier`: a const table of operations plus private state. The FS
+ * layer holds one `struct tier *` (the pipeline) and never learns which tiers sit below it.
+ *
+ * The interface is two-phase admission plus pinned reads:
+ *
+ *   reading:  open -> read/data ... -> close       (open pins a committed version)
+ *   writing:  reserve -> write ... -> commit|abort (invisible to lookup until commit)
+ *
+ * A handle (`struct tier_handle *`) is owned by whoever received it and is given back exactly
+ * once, by close (read handles) or by commit/abort (write handles). Handles of one tier may be
+ * used from any thread, but one handle by one thread at a time.
+ *
+ * Deadlines (TTL) are CLOCK_MONOTONIC nanoseconds; 0 means "no deadline". An expired block is
+ * treated as absent by every op. Stat times are CLOCK_REALTIME nanoseconds.
+ *
+ * Errors are negative errno values with fixed meanings across tiers:
+ *   -ENOENT  miss (absent, expired, or never committed)
+ *   -ENOSPC  no room
+ *   -EEXIST  exclusive reservation of an id that is reserved or committed
+ *   -EFBIG   a write past the size limit of a block
+ *   -EIO     the stored bytes are damaged or the device failed (-EBADMSG inside, never here)
+ *   -ENOMEM  out of memory
+ * A NULL op means the tier does not support it; callers check.
+ */
+#ifndef UCM_TIER_H
+#define UCM_TIER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "src/blockid.h"
+
+/* Where a block lives (block_attr.where). */
+#define TIER_MEM 1u
+#define TIER_DISK 2u
+
+/* Codecs of stored bytes (block_attr.codec, on-disk header). */
+enum tier_codec { CODEC_RAW = 0, CODEC_ZSTD_PLAIN = 1, CODEC_ZSTD_SHUF2 = 2, CODEC_ZSTD_SHUF4 = 4 };
+
+struct block_attr {
+	uint64_t size;      /* logical bytes */
+	uint64_t stored;    /* bytes the disk tier holds for it (0 if none) */
+	int64_t mtime;      /* commit time, wall clock ns */
+	int64_t atime;      /* last access seen by the daemon, wall clock ns */
+	int64_t deadline;   /* TTL deadline, monotonic ns; 0 = none */
+	uint64_t version;   /* changes whenever a new version of the id is committed */
+	uint32_t where;     /* TIER_MEM | TIER_DISK */
+	uint32_t pins;      /* open readers */
+	uint32_t codec;     /* enum tier_codec of the stored bytes */
+	bool dirty;         /* (cache) not yet safe in the tier below */
+};
+
+/* What a commit publishes beside the bytes. */
+struct block_meta {
+	uint64_t size;     /* logical size */
+	int64_t mtime;     /* wall clock ns */
+	int64_t deadline;  /* monotonic ns, 0 = none */
+};
+
+/* open() flags */
+#define TIER_OPEN_INTERNAL 1u /* a reference for the daemon's own use: not counted as a pin */
+
+/* reserve() flags */
+#define TIER_RESERVE_EXCL 1u  /* fail -EEXIST if the id is committed or reserved */
+#define TIER_RESERVE_TRUNC 2u /* a replacement starts empty instead of with the old bytes */
+#define TIER_RESERVE_NOWAIT 4u /* (cache) fail -ENOSPC at once rather than wait for room */
+
+/* commit() flags */
+#define TIER_COMMIT_DIRTY 1u   /* (cache) bytes are not yet safe below: never evict them */
+#define TIER_COMMIT_LOADED 2u  /* (cache) admission of a block loaded from below: only if absent */
+#define TIER_COMMIT_DURABLE 4u /* (disk) durable before commit returns */
+#define TIER_COMMIT_PIN 8u     /* the handle returned in *rd is a pin, not an internal ref */
+#define TIER_COMMIT_TRY 16u    /* (pipeline) incomplete: fail -EIO but keep the handle usable */
+
+struct tier;
+struct tier_handle;
+
+/* Capacity and use, for statfs and metrics. */
+struct tier_usage {
+	uint64_t capacity;   /* bytes */
+	uint64_t used;       /* bytes */
+	uint64_t blocks;     /* committed, live blocks */
+	uint64_t dirty_blocks; /* (cache) blocks not yet safe below */
+	uint64_t fs_free;    /* bytes free on the underlying filesystem (disk tiers), else 0 */
+};
+
+/* Called for each id of a shard by list_shard(). Returning non-zero stops the listing. */
+typedef int (*tier_list_fn)(const struct blockid *id, void *arg);
+
+struct tier_ops {
+	const char *name;
+
+	/* Free everything; handles must all have been returned. */
+	void (*destroy)(struct tier *t);
+
+	/* Attributes of the live committed version. 0, -ENOENT */
+	int (*lookup)(struct tier *t, const struct blockid *id, struct block_attr *attr);
+
+	/* Open the live committed version for reading; pins it unless TIER_OPEN_INTERNAL.
+	 * 0, -ENOENT, -EIO, -ENOMEM, -ENOSPC (a cache that cannot load it) */
+	int (*open)(struct tier *t, const struct blockid *id, unsigned flags,
+		    struct tier_handle **out);
+
+	/* Read from a read or write handle. Count (short only at the end of the block), -EIO */
+	ssize_t (*read)(struct tier_handle *h, void *buf, size_t len, uint64_t off);
+
+	/* The bytes of a handle held in memory, for replies without a copy: a pointer valid
+	 * until the handle is returned, or NULL if this handle's bytes are not in memory. */
+	const void *(*data)(struct tier_handle *h);
+
+	/* Attributes of whatever the handle refers to (for a write handle: the reservation). */
+	int (*stat)(struct tier_handle *h, struct block_attr *attr);
+
+	/* Return a read handle (unpin). */
+	void (*close)(struct tier_handle *h);
+
+	/* Reserve id for writing. size_hint is the expected size (0 if unknown).
+	 * 0, -EEXIST (EXCL), -ENOSPC, -ENOMEM, -EIO */
+	int (*reserve)(struct tier *t, const struct blockid *id, unsigned flags,
+		       uint64_t size_hint, struct tier_handle **out);
+
+	/* Write into a reservation. Count, -EFBIG, -ENOSPC, -EIO, -ENOMEM */
+	ssize_t (*write)(struct tier_handle *h, const void *buf, size_t len, uint64_t off);
+
+	/* Declare the size of a reservation (ftruncate). 0, -EFBIG, -ENOSPC */
+	int (*truncate)(struct tier_handle *h, uint64_t size);
+
+	/* Ask that this reservation's commit be durable (fsync before close). 0 */
+	int (*set_durable)(struct tier_handle *h);
+
+
+	/* Publish a reservation atomically and give the handle back. With rd != NULL, also
+	 * open the published version into *rd (pinned with TIER_COMMIT_PIN, else internal).
+	 * 0; -EIO (incomplete: nothing published), -ENOSPC, -EEXIST (LOADED and already present:
+	 * nothing published). With TIER_COMMIT_TRY an -EIO leaves the handle with the caller. */
+	int (*commit)(struct tier_handle *h, const struct block_meta *meta, unsigned flags,
+		      struct tier_handle **rd);
+
+	/* Drop a reservation and give the handle back. */
+	void (*abort)(struct tier_handle *h);
+
+	/* Remove the live version from this tier (open readers keep theirs). 0, -ENOENT */
+	int (*remove)(struct tier *t, const struct blockid *id);
+
+	/* Refresh recency and atime. 0, -ENOENT */
+	int (*touch)(struct tier *t, const struct blockid *id);
+
+	/* Set the deadline of a committed block (monotonic ns, 0 = none). 0, -ENOENT, -EIO */
+	int (*set_deadline)(struct tier *t, const struct blockid *id, int64_t deadline);
+
+	/* (pipeline) Set the TTL of id in ms (TTL_NONE clears it): of the block being written,
+	 * counted from its commit, else of the committed block, counted from now. 0, -ENOENT */
+	int (*set_ttl)(struct tier *t, const struct blockid *id, int64_t ttl_ms);
+
+	/* (cache) the version is now safe in the tier below: it may be evicted. 0, -ENOENT */
+	int (*mark_clean)(struct tier *t, const struct blockid *id, uint64_t version);
+
+	/* Make the live version durable (fsync of data and directory). 0, -ENOENT, -EIO */
+	int (*sync)(struct tier *t, const struct blockid *id);
+
+	/* Call fn for every live id of one shard (blockid_shard()), in no particular order. */
+	int (*list_shard)(struct tier *t, unsigned shard, tier_list_fn fn, void *arg);
+
+	/* Capacity and use. 0 */
+	int (*usage)(struct tier *t, struct tier_usage *u);
+
+	/* Finish all background work (dumps) before returning. */
+	void (*drain)(struct tier *t);
+};
+
+struct tier {
+	const struct tier_ops *ops;
+	void *priv;
+};
+
+/* Every handle starts with this. */
+struct tier_handle {
+	struct tier *tier;
+};
+
+/* Convenience wrappers that dispatch through the handle's tier. */
+static inline ssize_t tier_read(struct tier_handle *h, void *buf, size_t len, uint64_t off)
+{
+	return h->tier->ops->read(h, buf, len, off);
+}
+
+static inline const void *tier_data(struct tier_handle *h)
+{
+	return h->tier->ops->data ? h->tier->ops->data(h) : NULL;
+}
+
+static inline void tier_close(struct tier_handle *h)
+{
+	if (h)
+		h->tier->ops->close(h);
+}
+
+static inline void tier_destroy(struct tier *t)
+{
+	if (t)
+		t->ops->destroy(t);
+}
+
+#endif
