@@ -760,9 +760,18 @@ int cache_create(const struct cache_config *cfg, struct tier **out)
 	if (!c)
 		return -ENOMEM;
 	switch (cfg->policy) {
-	default:
+	case POLICY_CLOCK:
+		c->pol = &cache_policy_clock;
+		break;
+	case POLICY_LRU:
 		c->pol = &cache_policy_lru;
 		break;
+	case POLICY_FIFO:
+		c->pol = &cache_policy_fifo;
+		break;
+	default:
+		free(c);
+		return -EINVAL;
 	}
 	rc = c->pol->create(&c->pol_priv);
 	if (rc) {

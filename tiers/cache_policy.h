@@ -34,6 +34,8 @@ struct cache_policy_ops {
 	struct policy_entry *(*victim)(void *priv);
 };
 
+extern const struct cache_policy_ops cache_policy_clock;
 extern const struct cache_policy_ops cache_policy_lru;
+extern const struct cache_policy_ops cache_policy_fifo;
 
 #endif

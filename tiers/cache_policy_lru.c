@@ -1,73 +1,79 @@
-/* LRU: a doubly linked list with the most recently used entry at the head. */
+/*
+ * LRU and FIFO: one list, coldest entry at the head, victims taken from the head.
+ * LRU moves an entry to the tail on every use; FIFO keeps the order in which entries became
+ * evictable (commit, or the end of their last pin).
+ */
 #include <errno.h>
 #include <stdlib.h>
 
-#include "tiers/cache_policy.h"
+#include "tiers/cache_policy_list.h"
 
-struct lru {
-	struct policy_entry head; /* circular list sentinel: head.next is the most recent */
+struct list_policy {
+	struct policy_entry head; /* head.next is the coldest, head.prev the most recent */
 };
 
-static int lru_create(void **priv)
+static int list_create(void **priv)
 {
-	struct lru *l = calloc(1, sizeof(*l));
+	struct list_policy *l = calloc(1, sizeof(*l));
 
 	if (!l)
 		return -ENOMEM;
-	l->head.next = l->head.prev = &l->head;
+	plist_init(&l->head);
 	*priv = l;
 	return 0;
 }
 
-static void lru_destroy(void *priv)
+static void list_destroy(void *priv)
 {
 	free(priv);
 }
 
-static void unlink_entry(struct policy_entry *e)
+static void list_admitted(void *priv, struct policy_entry *e)
 {
-	e->prev->next = e->next;
-	e->next->prev = e->prev;
-	e->next = e->prev = NULL;
-}
-
-static void push_front(struct lru *l, struct policy_entry *e)
-{
-	e->next = l->head.next;
-	e->prev = &l->head;
-	l->head.next->prev = e;
-	l->head.next = e;
-}
-
-static void lru_admitted(void *priv, struct policy_entry *e)
-{
-	push_front(priv, e);
+	plist_insert_before(&((struct list_policy *)priv)->head, e);
 }
 
 static void lru_touched(void *priv, struct policy_entry *e)
 {
-	unlink_entry(e);
-	push_front(priv, e);
+	plist_del(e);
+	plist_insert_before(&((struct list_policy *)priv)->head, e);
 }
 
-static void lru_removed(void *priv, struct policy_entry *e)
+static void fifo_touched(void *priv, struct policy_entry *e)
 {
-	unlink_entry(e);
+	(void)priv;
+	(void)e;
 }
 
-static struct policy_entry *lru_victim(void *priv)
+static void list_removed(void *priv, struct policy_entry *e)
 {
-	struct lru *l = priv;
+	(void)priv;
+	plist_del(e);
+}
 
-	return l->head.prev == &l->head ? NULL : l->head.prev;
+static struct policy_entry *list_victim(void *priv)
+{
+	struct list_policy *l = priv;
+
+	return plist_empty(&l->head) ? NULL : l->head.next;
 }
 
 const struct cache_policy_ops cache_policy_lru = {
 	.name = "lru",
-	.create = lru_create,
-	.destroy = lru_destroy,
-	.admitted = lru_admitted,
+	.create = list_create,
+	.destroy = list_destroy,
+	.admitted = list_admitted,
 	.touched = lru_touched,
-	.removed = lru_removed,
-	.victim = lru_victim,
+	.removed = list_removed,
+	.victim = list_victim,
+};
+
+const struct cache_policy_ops cache_policy_fifo = {
+	.name = "fifo",
+	.create = list_create,
+	.destroy = list_destroy,
+	.admitted = list_admitted,
+	.touched = fifo_touched,
+	.removed = list_removed,
+	.victim = list_victim,
 };

@@ -1113,6 +1113,8 @@ int pipeline_build(const struct ucm_options *o, struct tier **out)
 		if (o->nstores > 1)
 			log_warn("striping over %d STORE directories is not built yet: using %s only",
 				 o->nstores, o->stores[0]);
+		if (o->io == IO_AIO)
+			log_info("io=aio: the libaio engine is not built yet; using psync");
 		if (strstr(o->pipeline, "compress"))
 			log_warn("the compress stage is not built yet: blocks are stored raw");
 		rc = posix_create(&xc, &pc.below);

@@ -1,0 +1,130 @@
+#!/bin/sh
+# Set up ucmfs on a fresh Debian machine and use it.
+#
+#   tools/setup.sh run    install what is missing, build, mount ./mnt over ./store, show it
+#   tools/setup.sh test   install what is missing, build (-Werror, and again with ASan+UBSan),
+#                         run every test; the last line is "N passed, N failed"
+#
+# Packages come from Debian only, installed with apt-get when missing (as root, or via sudo).
+set -eu
+
+cd "$(dirname "$0")/.."
+top=$(pwd)
+
+PKGS="gcc libc6-dev libfuse3-dev fuse3 libzstd-dev libaio-dev libxxhash-dev check meson \
+ninja-build pkg-config fio attr python3"
+
+say() { printf '%s\n' "== $*"; }
+
+install_missing() {
+	missing=""
+	for p in $PKGS; do
+		dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" ||
+			missing="$missing $p"
+	done
+	[ -z "$missing" ] && return 0
+	say "installing Debian packages:$missing"
+	sudo=""
+	[ "$(id -u)" -eq 0 ] || sudo="sudo"
+	$sudo env DEBIAN_FRONTEND=noninteractive apt-get update -qq
+	# shellcheck disable=SC2086
+	$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+		$missing </dev/null
+}
+
+# build DIR [meson options...]: configure once, then (re)configure the options and compile
+build() {
+	dir=$1
+	shift
+	if [ ! -f "$dir/build.ninja" ]; then
+		meson setup "$dir" "$@" >/dev/null
+	else
+		meson configure "$dir" "$@" >/dev/null
+	fi
+	ninja -C "$dir" >/dev/null
+}
+
+cmd_run() {
+	install_missing
+	say "building"
+	build build
+	mkdir -p store mnt
+	if mountpoint -q mnt; then
+		say "unmounting the previous ./mnt"
+		fusermount3 -u mnt
+	fi
+	say "mounting ucmfs: build/ucmfs store mnt"
+	build/ucmfs store mnt
+	id=00112233445566778899aabbccddeeff
+	head -c 2M /dev/urandom >"$top/.demo-block"
+	say "cp a 2 MiB block to mnt/$id"
+	cp "$top/.demo-block" "mnt/$id"
+	ls -l mnt/
+	cmp "$top/.demo-block" "mnt/$id" && say "read back byte-exact"
+	getfattr -d -m 'user.ucm' "mnt/$id"
+	say "remount: the block survives"
+	fusermount3 -u mnt
+	build/ucmfs store mnt
+	cmp "$top/.demo-block" "mnt/$id" && say "read back byte-exact after remount"
+	rm -f "$top/.demo-block"
+	df -h mnt
+	say "ucmfs is mounted on ./mnt over ./store (see man/ucmfs.8); unmount: fusermount3 -u mnt"
+}
+
+# meson test in DIR; prints its summary and adds to the totals
+passed=0
+failed=0
+skipped=0
+run_suites() {
+	dir=$1
+	shift
+	log="$dir/meson-logs/setup-test.out"
+	set +e
+	meson test -C "$dir" --print-errorlogs "$@" >"$log" 2>&1
+	set -e
+	grep -E '^ *[0-9]+/[0-9]+ ' "$log" || true
+	ok=$(sed -n 's/^Ok: *\([0-9]*\).*/\1/p' "$log" | tail -n 1)
+	bad=0
+	for k in 'Fail' 'Unexpected Pass' 'Timeout'; do
+		n=$(sed -n "s/^$k: *\([0-9]*\).*/\1/p" "$log" | tail -n 1)
+		bad=$((bad + ${n:-0}))
+	done
+	sk=$(sed -n 's/^Skipped: *\([0-9]*\).*/\1/p' "$log" | tail -n 1)
+	if [ -z "$ok" ]; then
+		# meson itself failed (no summary): show why and count it as a failure
+		tail -n 30 "$log"
+		bad=$((bad + 1))
+	elif [ "$bad" -gt 0 ]; then
+		sed -n '/^=* *[0-9]*\/[0-9]* .*FAIL/,$p' "$log" | tail -n 200
+	fi
+	passed=$((passed + ${ok:-0}))
+	failed=$((failed + bad))
+	skipped=$((skipped + ${sk:-0}))
+}
+
+cmd_test() {
+	export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1
+	export UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
+	install_missing
+	say "building build/ (-Werror)"
+	build build -Dwerror=true
+	say "building build-asan/ (ASan+UBSan, invariant checks, -Werror)"
+	build build-asan -Dwerror=true -Db_sanitize=address,undefined -Db_lundef=false \
+		-Dc_args=-DUCM_CHECK_INVARIANTS
+	say "tests: build/"
+	run_suites build --suite unit --suite mount
+	say "tests: build-asan/ (ASan+UBSan)"
+	run_suites build-asan --suite unit --suite mount --timeout-multiplier 3
+	[ "$skipped" -eq 0 ] || say "$skipped skipped"
+	echo "$passed passed, $failed failed"
+	[ "$failed" -eq 0 ]
+}
+
+case "${1:-}" in
+run) cmd_run ;;
+test) cmd_test ;;
+*)
+	echo "usage: tools/setup.sh run|test" >&2
+	exit 2
+	;;
+esac
