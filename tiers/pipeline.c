@@ -45,6 +45,7 @@
 #include "src/log.h"
 #include "src/units.h"
 #include "tiers/cache.h"
+#include "tiers/compress.h"
 #include "tiers/posix.h"
 
 #define NSTRIPES 64
@@ -201,7 +202,8 @@ static int load(struct pipeline *p, const struct blockid *id, unsigned flags,
 	}
 	pthread_mutex_lock(stripe_of(p, id));
 	if (p->below->ops->lookup(p->below, id, &now) == 0 && now.version == a.version) {
-		struct block_meta m = { .size = a.size, .mtime = a.mtime, .deadline = a.deadline };
+		struct block_meta m = { .size = a.size, .mtime = a.mtime, .deadline = a.deadline,
+					.layout = NULL };
 		unsigned cf = TIER_COMMIT_LOADED | ((flags & TIER_OPEN_INTERNAL) ? 0 : TIER_COMMIT_PIN);
 
 		rc = p->cache->ops->commit(r, &m, cf, &rd);
@@ -685,7 +687,8 @@ static int dump(struct pipeline *p, struct tier_handle *rd, const struct blockid
 	m.size = a.size;
 	m.mtime = a.mtime;
 	m.deadline = a.deadline;
-	rc = p->below->ops->reserve(p->below, id, 0, a.size, &lres);
+	m.layout = NULL;
+	rc = p->below->ops->reserve(p->below, id, TIER_RESERVE_SEQ, a.size, &lres);
 	for (uint64_t off = 0; rc == 0 && off < a.size;) {
 		size_t len = a.size - off > COPY_CHUNK ? COPY_CHUNK : (size_t)(a.size - off);
 		ssize_t n = p->below->ops->write(lres, data + off, len, off);
@@ -1109,15 +1112,25 @@ int pipeline_build(const struct ucm_options *o, struct tier **out)
 			.capacity = o->disk_size,
 			.lock_wait_s = 120,
 		};
+		/* the compress stage always sits over the disk tier, so blocks written
+		 * compressed stay readable whatever the options; it only encodes when the
+		 * pipeline names it */
+		struct compress_config zc = {
+			.zstd = strstr(o->pipeline, "compress") && o->codec != CODEC_NONE &&
+				o->layout == LAYOUT_NATIVE,
+			.level = o->zstd_level,
+			.shuffle = (unsigned)o->shuffle,
+		};
+		struct tier *disk;
 
 		if (o->nstores > 1)
 			log_warn("striping over %d STORE directories is not built yet: using %s only",
 				 o->nstores, o->stores[0]);
 		if (o->io == IO_AIO)
 			log_info("io=aio: the libaio engine is not built yet; using psync");
-		if (strstr(o->pipeline, "compress"))
-			log_warn("the compress stage is not built yet: blocks are stored raw");
-		rc = posix_create(&xc, &pc.below);
+		rc = posix_create(&xc, &disk);
+		if (rc == 0)
+			rc = compress_create(&zc, disk, &pc.below);
 		if (rc) {
 			tier_destroy(pc.cache);
 			return rc;

@@ -83,6 +83,10 @@ struct phandle {
 	uint64_t size;           /* logical size (write: max(written end, declared)) */
 	uint64_t ino;
 	struct disk_header *hdr; /* read, native layout */
+	uint64_t *coff;          /* read: stored offset of each chunk (nchunks + 1 entries) */
+	char *cbuf;              /* read: the last chunk checked whole, for partial reads */
+	uint32_t cbuf_chunk;     /* which chunk cbuf holds, UINT32_MAX if none */
+	struct tier_chunk *ctab; /* read: the chunk table in tier form */
 	struct block_attr attr;  /* read */
 	XXH3_state_t *xx;        /* write: running checksum of bytes [0, hashed) */
 	uint64_t hashed;
@@ -263,6 +267,7 @@ static struct phandle *new_handle(struct posix *p, const struct blockid *id)
 	h->fd = -1;
 	h->id = *id;
 	h->payload = payload_off(p);
+	h->cbuf_chunk = UINT32_MAX;
 	return h;
 }
 
@@ -273,6 +278,9 @@ static void free_handle(struct phandle *h)
 	if (h->xx)
 		XXH3_freeState(h->xx);
 	free(h->hdr);
+	free(h->coff);
+	free(h->cbuf);
+	free(h->ctab);
 	free(h);
 }
 
@@ -323,9 +331,22 @@ static int posix_open(struct tier *t, const struct blockid *id, unsigned flags,
 		rc = -EIO;
 		goto err;
 	}
-	h->size = h->hdr->raw_size;
+	h->size = h->hdr->stored_size; /* reads address the stored payload */
+	if (h->hdr->nchunks) {
+		h->coff = malloc((h->hdr->nchunks + 1) * sizeof(*h->coff));
+		h->ctab = malloc(h->hdr->nchunks * sizeof(*h->ctab));
+		rc = -ENOMEM;
+		if (!h->coff || !h->ctab)
+			goto err;
+		h->coff[0] = 0;
+		for (uint32_t i = 0; i < h->hdr->nchunks; i++) {
+			h->coff[i + 1] = h->coff[i] + h->hdr->chunk[i].len;
+			h->ctab[i].len = h->hdr->chunk[i].len;
+			h->ctab[i].csum = h->hdr->chunk[i].csum;
+		}
+	}
 	memset(&h->attr, 0, sizeof(h->attr));
-	h->attr.size = h->size;
+	h->attr.size = h->hdr->raw_size;
 	h->attr.stored = (uint64_t)st.st_blocks * 512;
 	h->attr.mtime = h->hdr->mtime;
 	h->attr.deadline = h->hdr->deadline ? wall_to_mono(h->hdr->deadline) : 0;
@@ -383,6 +404,73 @@ out:
 	return rc;
 }
 
+static void damaged(struct phandle *h, const char *why)
+{
+	struct posix *p = posix_of(h->base.tier);
+	char path[PATH_MAX];
+
+	block_path(p, &h->id, path, sizeof(path));
+	quarantine(p, path, &h->id, h->ino, why);
+}
+
+/* Read chunk i whole into dst and check it. 0 or -EIO. */
+static int read_chunk(struct phandle *h, uint32_t i, char *dst)
+{
+	uint32_t len = h->hdr->chunk[i].len;
+
+	if (pread_full(h->fd, dst, len, h->payload + h->coff[i]) != (ssize_t)len) {
+		damaged(h, "file too short");
+		return -EIO;
+	}
+	if (XXH3_64bits(dst, len) != h->hdr->chunk[i].csum) {
+		damaged(h, "chunk checksum mismatch");
+		return -EIO;
+	}
+	return 0;
+}
+
+/* Read [off, off+len) of a chunked payload, checking every chunk it touches. */
+static ssize_t read_chunked(struct phandle *h, char *buf, size_t len, uint64_t off)
+{
+	uint64_t end = off + len;
+	uint32_t lo = 0, hi = h->hdr->nchunks;
+
+	/* the first chunk that ends after off */
+	while (lo < hi) {
+		uint32_t mid = lo + (hi - lo) / 2;
+
+		if (h->coff[mid + 1] <= off)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	for (uint32_t i = lo; i < h->hdr->nchunks && h->coff[i] < end; i++) {
+		uint64_t cs = h->coff[i], ce = h->coff[i + 1];
+		uint64_t a = off > cs ? off : cs, b = end < ce ? end : ce;
+		int rc;
+
+		if (a == cs && b == ce) {
+			rc = read_chunk(h, i, buf + (cs - off));
+			if (rc)
+				return rc;
+			continue;
+		}
+		if (h->cbuf_chunk != i) {
+			if (!h->cbuf && !(h->cbuf = malloc(h->hdr->chunk_size > h->hdr->chunk[i].len
+								   ? h->hdr->chunk_size
+								   : h->hdr->chunk[i].len + 1)))
+				return -ENOMEM;
+			h->cbuf_chunk = UINT32_MAX;
+			rc = read_chunk(h, i, h->cbuf);
+			if (rc)
+				return rc;
+			h->cbuf_chunk = i;
+		}
+		memcpy(buf + (a - off), h->cbuf + (a - cs), b - a);
+	}
+	return (ssize_t)len;
+}
+
 static ssize_t posix_read(struct tier_handle *th, void *buf, size_t len, uint64_t off)
 {
 	struct phandle *h = (struct phandle *)th;
@@ -395,6 +483,8 @@ static ssize_t posix_read(struct tier_handle *th, void *buf, size_t len, uint64_
 		len = (size_t)(h->size - off);
 	if (h->writing)
 		return pread_full(h->fd, buf, len, h->payload + off);
+	if (h->coff)
+		return read_chunked(h, buf, len, off);
 	if (!h->verified && !(off == 0 && len == h->size)) {
 		rc = verify_whole(h);
 		if (rc)
@@ -424,6 +514,21 @@ static ssize_t posix_read(struct tier_handle *th, void *buf, size_t len, uint64_
 		h->verified = true;
 	}
 	return n;
+}
+
+static int posix_layout(struct tier_handle *th, struct block_layout *out)
+{
+	struct phandle *h = (struct phandle *)th;
+
+	memset(out, 0, sizeof(*out));
+	out->stored = h->size;
+	if (h->hdr) {
+		out->codec = h->hdr->codec;
+		out->chunk_size = h->hdr->chunk_size;
+		out->nchunks = h->hdr->nchunks;
+		out->chunk = h->ctab;
+	}
+	return 0;
 }
 
 static int posix_stat(struct tier_handle *th, struct block_attr *attr)
@@ -543,6 +648,24 @@ static int posix_truncate(struct tier_handle *th, uint64_t size)
 	return 0;
 }
 
+/* Put a block layout into a header. 0, or -EINVAL for a layout the format cannot hold. */
+static int set_layout(struct disk_header *hd, const struct block_layout *l)
+{
+	if (!l)
+		return 0;
+	if (l->nchunks > DISK_MAX_CHUNKS || (l->codec != CODEC_RAW && !l->nchunks))
+		return -EINVAL;
+	hd->codec = l->codec;
+	hd->stored_size = l->stored;
+	hd->chunk_size = l->chunk_size;
+	hd->nchunks = l->nchunks;
+	for (uint32_t i = 0; i < l->nchunks; i++) {
+		hd->chunk[i].len = l->chunk[i].len;
+		hd->chunk[i].csum = l->chunk[i].csum;
+	}
+	return 0;
+}
+
 /* The checksum of the first `size` payload bytes, hashing the file again if needed. */
 static int payload_checksum(struct phandle *h, uint64_t size, uint64_t *out)
 {
@@ -583,6 +706,8 @@ static int posix_commit(struct tier_handle *th, const struct block_meta *meta, u
 	char path[PATH_MAX], dir[PATH_MAX];
 	struct pentry *e = calloc(1, sizeof(*e));
 	bool durable = p->durable || (flags & TIER_COMMIT_DURABLE);
+	uint64_t stored = meta->size;
+	uint32_t codec = CODEC_RAW;
 	struct stat st;
 	int rc = -ENOMEM;
 
@@ -602,14 +727,19 @@ static int posix_commit(struct tier_handle *th, const struct block_meta *meta, u
 		hd->codec = CODEC_RAW;
 		hd->mtime = meta->mtime;
 		hd->deadline = meta->deadline ? mono_to_wall(meta->deadline) : 0;
-		rc = payload_checksum(h, meta->size, &hd->csum);
+		rc = set_layout(hd, meta->layout);
+		if (rc == 0)
+			rc = payload_checksum(h, hd->stored_size, &hd->csum);
 		if (rc == 0) {
 			disk_header_encode(hd, raw);
 			rc = (int)pwrite_full(h->fd, raw, DISK_HEADER_SIZE, 0);
 			if (rc >= 0)
-				rc = ftruncate(h->fd, (off_t)(DISK_HEADER_SIZE + buf_round(meta->size)))
+				rc = ftruncate(h->fd,
+					       (off_t)(DISK_HEADER_SIZE + buf_round(hd->stored_size)))
 					     ? -errno : 0;
 		}
+		stored = hd->stored_size;
+		codec = hd->codec;
 		free(hd);
 		free(raw);
 	} else {
@@ -637,13 +767,13 @@ static int posix_commit(struct tier_handle *th, const struct block_meta *meta, u
 	}
 	e->node.id = h->id;
 	e->size = meta->size;
-	e->stored = meta->size;
+	e->stored = stored;
 	e->phys = (uint64_t)st.st_blocks * 512;
 	e->ino = st.st_ino;
 	e->mtime = meta->mtime;
 	e->atime = wall_ns();
 	e->deadline = meta->deadline;
-	e->codec = CODEC_RAW;
+	e->codec = codec;
 	pthread_mutex_lock(&p->lock);
 	index_put(p, e);
 	pthread_mutex_unlock(&p->lock);
@@ -856,6 +986,7 @@ const struct tier_ops tier_posix_ops = {
 	.lookup = posix_lookup,
 	.open = posix_open,
 	.read = posix_read,
+	.layout = posix_layout,
 	.stat = posix_stat,
 	.close = posix_close,
 	.reserve = posix_reserve,

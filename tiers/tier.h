@@ -56,11 +56,32 @@ struct block_attr {
 	bool dirty;         /* (cache) not yet safe in the tier below */
 };
 
+/* One independently stored piece of a block (a chunk of chunk_size raw bytes). */
+struct tier_chunk {
+	uint32_t len;     /* stored bytes; == the raw length means stored raw */
+	uint64_t csum;    /* XXH3-64 of the stored bytes */
+};
+
+/*
+ * How a block's bytes are stored below the memory tier: a codec and, optionally, a table of
+ * chunks that can be read and checked one at a time. Without a table (nchunks == 0) the
+ * stored bytes are the raw bytes, checked as a whole.
+ */
+struct block_layout {
+	uint32_t codec;              /* enum tier_codec */
+	uint32_t chunk_size;         /* raw bytes per chunk (the last may be shorter) */
+	uint32_t nchunks;
+	uint64_t stored;             /* payload bytes: the sum of the chunk lengths */
+	const struct tier_chunk *chunk;
+};
+
 /* What a commit publishes beside the bytes. */
 struct block_meta {
 	uint64_t size;     /* logical size */
 	int64_t mtime;     /* wall clock ns */
 	int64_t deadline;  /* monotonic ns, 0 = none */
+	const struct block_layout *layout; /* disk tiers: how the written bytes are stored;
+					      NULL = raw, one piece */
 };
 
 /* open() flags */
@@ -70,6 +91,8 @@ struct block_meta {
 #define TIER_RESERVE_EXCL 1u  /* fail -EEXIST if the id is committed or reserved */
 #define TIER_RESERVE_TRUNC 2u /* a replacement starts empty instead of with the old bytes */
 #define TIER_RESERVE_NOWAIT 4u /* (cache) fail -ENOSPC at once rather than wait for room */
+#define TIER_RESERVE_SEQ 8u    /* the whole block will be written once, in order from 0: a
+				  compressing tier may encode it as it arrives */
 
 /* commit() flags */
 #define TIER_COMMIT_DIRTY 1u   /* (cache) bytes are not yet safe below: never evict them */
@@ -107,8 +130,12 @@ struct tier_ops {
 	int (*open)(struct tier *t, const struct blockid *id, unsigned flags,
 		    struct tier_handle **out);
 
-	/* Read from a read or write handle. Count (short only at the end of the block), -EIO */
+	/* Read from a read or write handle. Count (short only at the end of the block), -EIO.
+	 * A disk tier reads the stored payload (see layout()); every other tier the raw bytes. */
 	ssize_t (*read)(struct tier_handle *h, void *buf, size_t len, uint64_t off);
+
+	/* (disk) How an open block is stored; valid until the handle is closed. 0 */
+	int (*layout)(struct tier_handle *h, struct block_layout *out);
 
 	/* The bytes of a handle held in memory, for replies without a copy: a pointer valid
 	 * until the handle is returned, or NULL if this handle's bytes are not in memory. */

@@ -1,0 +1,212 @@
+#!/usr/bin/env python3
+"""Basic use of a mount: round trips, listing, stat, touch, shell redirects, /.ucm/config,
+statfs and du (DESIGN.md sections 2 and 3)."""
+import os
+import random
+import re
+import stat
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from ucmtest import (KiB, MiB, Mount, case, check, cmd, pattern, rand_id, read_file, run,
+                     same, wait_until, write_file)
+
+
+def mixed_sizes(n, rng):
+    """n block sizes from 4 KiB to 8 MiB: the edges, odd sizes, and log-uniform ones."""
+    edges = [4 * KiB, 4 * KiB + 1, 64 * KiB - 1, 64 * KiB + 1, 128 * KiB, MiB - 1, MiB,
+             MiB + 1, 2 * MiB + 12345, 3 * MiB + 4095, 8 * MiB - 1, 8 * MiB]
+    sizes = list(edges)
+    while len(sizes) < n:
+        s = int(2 ** rng.uniform(12, 23))
+        if rng.random() < 0.5:
+            s |= 1                       # odd
+        sizes.append(max(4 * KiB, min(8 * MiB, s)))
+    rng.shuffle(sizes)
+    return sizes
+
+
+@case(timeout=240)
+def test_roundtrip_200_blocks():
+    rng = random.Random(1)
+    sizes = mixed_sizes(200, rng)
+    with Mount() as m:
+        src = os.path.join(m.tmp, 'src')
+        os.mkdir(src)
+        blocks = {}
+        for i, n in enumerate(sizes):
+            bid = rand_id()
+            blocks[bid] = pattern(n, i)
+            with open(os.path.join(src, bid), 'wb') as f:
+                f.write(blocks[bid])
+        ids = sorted(blocks)
+        by_cp, by_py = ids[0::2], ids[1::2]
+        # half through cp (one process, many files), half through open/write/close
+        cmd(['cp'] + [os.path.join(src, b) for b in by_cp] + [m.mnt], timeout=120)
+        for b in by_py:
+            write_file(m.path(b), blocks[b])
+
+        # readdir: exactly the blocks, plus the hidden .ucm
+        out = cmd(['ls', m.mnt]).stdout.split()
+        check(out == ids, 'ls lists %d names, %d blocks written (extra %s, missing %s)' % (
+            len(out), len(ids), sorted(set(out) - set(ids))[:3],
+            sorted(set(ids) - set(out))[:3]))
+        out = cmd(['ls', '-A', m.mnt]).stdout.split()
+        check(sorted(out) == sorted(ids + ['.ucm']),
+              'ls -A lists %s beside the blocks' % sorted(set(out) - set(ids)))
+        check(m.blocks() == ids, 'os.listdir differs from the blocks written')
+
+        for b in ids:
+            st = os.stat(m.path(b))
+            check(st.st_size == len(blocks[b]),
+                  '%s: st_size %d, wrote %d' % (b, st.st_size, len(blocks[b])))
+            check(stat.S_ISREG(st.st_mode) and stat.S_IMODE(st.st_mode) == 0o644,
+                  '%s: mode %o, expected regular 0644' % (b, st.st_mode))
+            check(st.st_uid == os.getuid() and st.st_gid == os.getgid(),
+                  '%s: owner %d:%d, mounted by %d:%d' % (b, st.st_uid, st.st_gid,
+                                                        os.getuid(), os.getgid()))
+        # every block both ways: cmp(1) against the source, and Python reads
+        for b in ids:
+            r = cmd(['cmp', os.path.join(src, b), m.path(b)], check_rc=False)
+            check(r.returncode == 0, 'cmp %s: %s' % (b, (r.stdout + r.stderr).strip()))
+            same(read_file(m.path(b)), blocks[b], b)
+        # and a copy back out with cp
+        out_dir = os.path.join(m.tmp, 'out')
+        os.mkdir(out_dir)
+        cmd(['cp'] + [m.path(b) for b in by_py[:20]] + [out_dir], timeout=120)
+        for b in by_py[:20]:
+            with open(os.path.join(out_dir, b), 'rb') as f:
+                same(f.read(), blocks[b], 'cp out of the mount: ' + b)
+        shell_stat = cmd(['stat', '-c', '%s %a %u', m.path(ids[0])]).stdout.split()
+        check(shell_stat == [str(len(blocks[ids[0]])), '644', str(os.getuid())],
+              'stat(1) says %s' % shell_stat)
+
+
+def test_config_file():
+    with Mount('mem_size=64M,policy=lru') as m:
+        cfg = m.path('.ucm/config')
+        text = read_file(cfg).decode()
+        lines = [l for l in text.split('\n') if l]
+        check(lines, '/.ucm/config is empty')
+        for l in lines:
+            check(re.fullmatch(r'[a-z_]+=.*', l), '/.ucm/config line is not key=value: %r' % l)
+        kv = dict(l.split('=', 1) for l in lines)
+        for key in ('mem_size', 'policy', 'store'):
+            check(key in kv, '/.ucm/config has no %s= line: %r' % (key, text))
+        check(kv['mem_size'] in ('64M', str(64 * MiB)),
+              'mem_size=%s in /.ucm/config, mounted with 64M' % kv['mem_size'])
+        check(kv['policy'] == 'lru', 'policy=%s in /.ucm/config, mounted with lru' % kv['policy'])
+        check(os.stat(cfg).st_size in (0, len(text.encode())),
+              'st_size of /.ucm/config is %d, %d bytes read' % (os.stat(cfg).st_size, len(text)))
+        for flags in (os.O_WRONLY, os.O_RDWR, os.O_WRONLY | os.O_TRUNC, os.O_WRONLY | os.O_APPEND):
+            try:
+                fd = os.open(cfg, flags)
+            except OSError:
+                continue                           # refused at open: fine
+            try:
+                n = os.write(fd, b'mem_size=1T\n')
+            except OSError:
+                n = 0
+            finally:
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
+            check(n <= 0, '/.ucm/config accepted a write (open flags %#o)' % flags)
+        r = cmd(['sh', '-c', 'echo mem_size=1T > "$1"', 'sh', cfg], check_rc=False)
+        check(r.returncode != 0, 'echo > /.ucm/config succeeded')
+        check(read_file(cfg).decode() == text, '/.ucm/config changed after a write attempt')
+
+
+def test_statfs_and_du():
+    sizes = [MiB, 2 * MiB + 1, 3 * MiB - 7, 64 * KiB, 5 * MiB]
+    with Mount() as m:
+        before = os.statvfs(m.mnt)
+        check(before.f_files == 0, 'f_files %d on an empty store' % before.f_files)
+        ids = [rand_id() for _ in sizes]
+        for i, (b, n) in enumerate(zip(ids, sizes)):
+            write_file(m.path(b), pattern(n, i))
+        sv = os.statvfs(m.mnt)
+        check(sv.f_files == len(ids), 'f_files %d right after writing %d blocks' % (
+            sv.f_files, len(ids)))
+        for b in ids:                              # make them durable on the disk tier
+            fd = os.open(m.path(b), os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        sv = os.statvfs(m.mnt)
+        check(sv.f_files == len(ids), 'f_files %d with %d blocks on disk' % (
+            sv.f_files, len(ids)))
+        check(sv.f_bsize > 0 and sv.f_frsize > 0, 'block sizes %d/%d' % (sv.f_bsize,
+                                                                        sv.f_frsize))
+        check(sv.f_blocks > 0 and sv.f_bfree <= sv.f_blocks and sv.f_bavail <= sv.f_blocks,
+              'f_blocks %d, f_bfree %d, f_bavail %d' % (sv.f_blocks, sv.f_bfree, sv.f_bavail))
+        used0 = (before.f_blocks - before.f_bfree) * before.f_frsize
+        used = (sv.f_blocks - sv.f_bfree) * sv.f_frsize
+        check(used - used0 >= sum(sizes) * 9 // 10,
+              'statfs use grew by %d bytes for %d bytes of random blocks' % (used - used0,
+                                                                            sum(sizes)))
+        check(sv.f_blocks * sv.f_frsize >= used, 'capacity below use')
+        for b, n in zip(ids, sizes):
+            blocks = wait_until(lambda: os.stat(m.path(b)).st_blocks, 10)
+            check(blocks * 512 >= n // 2, '%s: st_blocks %d for %d bytes on disk' % (
+                b, blocks, n))
+            du = int(cmd(['du', '-k', m.path(b)]).stdout.split()[0])
+            check(du > 0, 'du -k %s says %d' % (b, du))
+        os.unlink(m.path(ids[0]))
+        check(os.statvfs(m.mnt).f_files == len(ids) - 1, 'f_files %d after an unlink' %
+              os.statvfs(m.mnt).f_files)
+    with Mount(store='none') as m:
+        for i in range(3):
+            write_file(m.path(rand_id()), pattern(MiB, i))
+        sv = os.statvfs(m.mnt)
+        check(sv.f_files == 3, 'memory only: f_files %d with 3 blocks' % sv.f_files)
+
+
+def test_touch():
+    with Mount() as m:
+        new = rand_id()
+        cmd(['touch', m.path(new)])
+        st = os.stat(m.path(new))
+        check(st.st_size == 0, 'touch NEWID: size %d' % st.st_size)
+        check(read_file(m.path(new)) == b'', 'touch NEWID: not empty')
+        check(new in m.blocks(), 'touch NEWID: not listed')
+        old = rand_id()
+        data = pattern(3 * MiB + 5, 7)
+        write_file(m.path(old), data)
+        mtime = os.stat(m.path(old)).st_mtime
+        r = cmd(['touch', m.path(old)], check_rc=False)
+        check(r.returncode == 0, 'touch of an existing block failed: %s' % r.stderr.strip())
+        cmd(['touch', '-c', m.path(old)])
+        st = os.stat(m.path(old))
+        check(st.st_size == len(data), 'touch changed the size to %d' % st.st_size)
+        same(read_file(m.path(old)), data, 'block after touch')
+        check(st.st_mtime >= mtime, 'touch moved mtime back')
+        os.utime(m.path(old))
+        same(read_file(m.path(old)), data, 'block after utime')
+
+
+def test_shell_redirect():
+    with Mount() as m:
+        src = os.path.join(m.tmp, 'blk')
+        for i, n in enumerate([5 * MiB + 3, 64 * KiB, 1]):
+            data = pattern(n, 40 + i)
+            with open(src, 'wb') as f:
+                f.write(data)
+            bid = rand_id()
+            cmd(['sh', '-c', 'cat "$1" > "$2"', 'sh', src, m.path(bid)])
+            same(read_file(m.path(bid)), data, 'cat > mnt/ID (%d bytes)' % n)
+            check(os.stat(m.path(bid)).st_size == n, 'stat size after cat >')
+        # >> on a new id, and a pipeline writing through dd
+        bid = rand_id()
+        data = pattern(2 * MiB + 1, 50)
+        with open(src, 'wb') as f:
+            f.write(data)
+        cmd(['sh', '-c', 'cat "$1" | dd of="$2" bs=64k status=none', 'sh', src, m.path(bid)])
+        same(read_file(m.path(bid)), data, 'cat | dd of=mnt/ID')
+
+
+if __name__ == '__main__':
+    run([test_roundtrip_200_blocks, test_config_file, test_statfs_and_du, test_touch,
+         test_shell_redirect])

@@ -1,0 +1,94 @@
+/*
+ * The unit test runner: `check_unit [SUITE]` runs one suite (meson registers each suite as
+ * its own test, so failures are counted per suite); with no argument it runs them all;
+ * `check_unit --list` prints the suite names.
+ *
+ * Tests run in forked children (check's CK_FORK default; CK_FORK=no in the environment
+ * turns it off), so a crash or a sanitizer abort is one failed test, not a dead runner.
+ * Temporary directories go under one base directory made here and removed at the end.
+ */
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "src/log.h"
+#include "tests/unit/unit.h"
+
+static const struct {
+	const char *name;
+	Suite *(*make)(void);
+} fixed[] = {
+	{ "blockid", blockid_suite },
+	{ "units", units_suite },
+	{ "options", options_suite },
+	{ "posix_header", posix_header_suite },
+	{ "extents", extents_suite },
+	{ "idmap", idmap_suite },
+	{ "cache", cache_suite },
+	{ "posix", posix_suite },
+	{ "pipeline", pipeline_suite },
+};
+
+#define NFIXED (sizeof(fixed) / sizeof(fixed[0]))
+
+/* Every suite, in order; the tier contract suites after the module suites. */
+static size_t nsuites(void)
+{
+	return NFIXED + tier_contract_count();
+}
+
+static const char *suite_name(size_t i)
+{
+	return i < NFIXED ? fixed[i].name : tier_contract_name((unsigned)(i - NFIXED));
+}
+
+static Suite *make_suite(size_t i)
+{
+	return i < NFIXED ? fixed[i].make() : tier_contract_suite((unsigned)(i - NFIXED));
+}
+
+int main(int argc, char **argv)
+{
+	const char *want = argc > 1 ? argv[1] : NULL;
+	const char *tmp = getenv("TMPDIR");
+	char base[PATH_MAX];
+	SRunner *sr = NULL;
+	bool known = !want;
+	int failed;
+
+	for (size_t i = 0; i < nsuites(); i++) {
+		if (want && !strcmp(want, "--list"))
+			printf("%s\n", suite_name(i));
+		else if (want && !strcmp(want, suite_name(i)))
+			known = true;
+	}
+	if (want && !strcmp(want, "--list"))
+		return 0;
+	if (!known) {
+		fprintf(stderr, "check_unit: no suite named '%s' (try --list)\n", want);
+		return 2;
+	}
+	log_set_level(LOG_LVL_ERR);
+	snprintf(base, sizeof(base), "%s/ucmfs-unit.XXXXXX", tmp && *tmp ? tmp : "/tmp");
+	if (!mkdtemp(base)) {
+		perror("mkdtemp");
+		return 2;
+	}
+	ut_set_tmpbase(base);
+
+	for (size_t i = 0; i < nsuites(); i++) {
+		if (want && strcmp(want, suite_name(i)))
+			continue;
+		if (!sr)
+			sr = srunner_create(make_suite(i));
+		else
+			srunner_add_suite(sr, make_suite(i));
+	}
+	srunner_run(sr, want, NULL, CK_NORMAL);
+	failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	ut_rmtree(base);
+	return failed ? 1 : 0;
+}
