@@ -2,6 +2,8 @@
  * The fixed part of the namespace: /, /.ucm and the control files under it.
  *
  *   /.ucm/config   the effective configuration, key=value per line (read-only)
+ *   /.ucm/stats    metrics in the Prometheus text exposition format (read-only)
+ *   /.ucm/query/   lookup queries (fs/query.c)
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -23,6 +25,8 @@ static const struct ctl_node nodes[] = {
 	{ NID_ROOT, NID_ROOT, "/", S_IFDIR | 0755 },
 	{ NID_UCM, NID_ROOT, ".ucm", S_IFDIR | 0755 },
 	{ NID_CONFIG, NID_UCM, "config", S_IFREG | 0444 },
+	{ NID_STATS, NID_UCM, "stats", S_IFREG | 0444 },
+	{ NID_QUERY, NID_UCM, "query", S_IFDIR | 01777 },
 };
 
 static const struct ctl_node *node_of(fuse_ino_t nid)
@@ -46,6 +50,8 @@ static int ctl_text(struct ucmfs *fs, fuse_ino_t nid, char **text, size_t *len)
 		*len = options_format(fs->opts, buf, CONFIG_MAX);
 		*text = buf;
 		return 0;
+	case NID_STATS:
+		return stats_text(fs, text, len);
 	default:
 		return -EISDIR;
 	}
@@ -70,6 +76,8 @@ int ctl_getattr(struct ucmfs *fs, fuse_ino_t nid, struct stat *st)
 	st->st_nlink = S_ISDIR(n->mode) ? 2 : 1;
 	if (nid == NID_ROOT)
 		st->st_nlink = 3;
+	if (nid == NID_UCM)
+		st->st_nlink = 3;
 	st->st_uid = fs->uid;
 	st->st_gid = fs->gid;
 	st->st_atim = st->st_mtim = st->st_ctim = fs->start;
@@ -83,6 +91,8 @@ int ctl_getattr(struct ucmfs *fs, fuse_ino_t nid, struct stat *st)
 
 int ctl_lookup(struct ucmfs *fs, fuse_ino_t parent, const char *name, struct fuse_entry_param *e)
 {
+	if (parent == NID_QUERY)
+		return query_lookup(fs, name, e);
 	for (size_t i = 1; i < sizeof(nodes) / sizeof(nodes[0]); i++) {
 		if (nodes[i].parent != parent || strcmp(nodes[i].name, name))
 			continue;
@@ -122,4 +132,27 @@ int ctl_open(struct ucmfs *fs, fuse_ino_t nid, struct fuse_file_info *fi, struct
 	fi->direct_io = 1;
 	*out = fh;
 	return 0;
+}
+
+int stats_text(struct ucmfs *fs, char **text, size_t *len)
+{
+	struct metrics *m;
+	int rc = metrics_create(&m);
+
+	if (rc)
+		return rc;
+	metrics_counter(m, "ucmfs_read_bytes_total", "Bytes returned to readers.", "",
+			counter_get(&fs->read_bytes));
+	metrics_counter(m, "ucmfs_write_bytes_total", "Bytes accepted from writers.", "",
+			counter_get(&fs->write_bytes));
+	metrics_counter(m, "ucmfs_opens_total", "Block opens.", "", counter_get(&fs->opens));
+	metrics_counter(m, "ucmfs_queries_total", "Lookup queries answered.", "",
+			counter_get(&fs->queries_total));
+	metrics_histogram(m, "ucmfs_query_seconds", "Time to answer a lookup query.", "",
+			  &fs->query_hist);
+	if (fs->pipe->ops->metrics)
+		fs->pipe->ops->metrics(fs->pipe, m);
+	rc = metrics_render(m, text, len);
+	metrics_free(m);
+	return rc;
 }

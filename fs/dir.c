@@ -26,7 +26,7 @@ void dir_opendir(fuse_req_t req, fuse_ino_t nid, struct fuse_file_info *fi)
 {
 	struct fh *fh;
 
-	if (nid != NID_ROOT && nid != NID_UCM) {
+	if (nid != NID_ROOT && nid != NID_UCM && nid != NID_QUERY) {
 		fuse_reply_err(req, ENOTDIR);
 		return;
 	}
@@ -101,13 +101,41 @@ static void readdir_ucm(fuse_req_t req, size_t size, off_t off, char *buf)
 		mode_t mode;
 		fuse_ino_t ino;
 	} ents[] = { { ".", S_IFDIR, NID_UCM }, { "..", S_IFDIR, NID_ROOT },
-		     { "config", S_IFREG, NID_CONFIG } };
+		     { "config", S_IFREG, NID_CONFIG }, { "stats", S_IFREG, NID_STATS },
+		     { "query", S_IFDIR, NID_QUERY } };
 	size_t used = 0;
 
 	for (off_t i = off; i < (off_t)(sizeof(ents) / sizeof(ents[0])); i++)
 		if (!add(req, buf, size, &used, ents[i].name, ents[i].mode, ents[i].ino, i + 1))
 			break;
 	fuse_reply_buf(req, buf, used);
+}
+
+struct qlist {
+	fuse_req_t req;
+	char *buf;
+	size_t size, used;
+};
+
+static bool add_query(const char *name, uint64_t ino, size_t next, void *arg)
+{
+	struct qlist *l = arg;
+
+	return add(l->req, l->buf, l->size, &l->used, name, S_IFREG, ino, (off_t)next + 2);
+}
+
+/* /.ucm/query: ".", "..", then the query files (offset = 2 + index in their list) */
+static void readdir_query(fuse_req_t req, size_t size, off_t off, char *buf)
+{
+	struct qlist l = { .req = req, .buf = buf, .size = size };
+
+	if (off == 0 && !add(req, buf, size, &l.used, ".", S_IFDIR, NID_QUERY, 1))
+		goto out;
+	if (off <= 1 && !add(req, buf, size, &l.used, "..", S_IFDIR, NID_UCM, 2))
+		goto out;
+	query_list(fs_of(req), off > 2 ? (size_t)off - 2 : 0, add_query, &l);
+out:
+	fuse_reply_buf(req, buf, l.used);
 }
 
 void dir_readdir(fuse_req_t req, fuse_ino_t nid, size_t size, off_t off,
@@ -128,6 +156,11 @@ void dir_readdir(fuse_req_t req, fuse_ino_t nid, size_t size, off_t off,
 	}
 	if (nid == NID_UCM) {
 		readdir_ucm(req, size, off, buf);
+		free(buf);
+		return;
+	}
+	if (nid == NID_QUERY) {
+		readdir_query(req, size, off, buf);
 		free(buf);
 		return;
 	}

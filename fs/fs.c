@@ -125,8 +125,8 @@ static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 		rc = ctl_lookup(fs, parent, name, &e);
 		if (rc)
 			fuse_reply_err(req, -rc);
-		else
-			fuse_reply_entry(req, &e);
+		else if (fuse_reply_entry(req, &e) == -ENOENT && is_query(e.ino))
+			query_forget(fs, e.ino, 1);
 		return;
 	}
 	/* a reservation is invisible: only committed, live blocks are found */
@@ -148,19 +148,24 @@ static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 	reply_entry(req, ino, &st);
 }
 
-static void op_forget(fuse_req_t req, fuse_ino_t nid, uint64_t nlookup)
+static void forget_one(struct ucmfs *fs, fuse_ino_t nid, uint64_t nlookup)
 {
 	if (is_block(nid))
-		itable_forget(fs_of(req)->itab, inode_of(nid), nlookup);
+		itable_forget(fs->itab, inode_of(nid), nlookup);
+	else if (is_query(nid))
+		query_forget(fs, nid, nlookup);
+}
+
+static void op_forget(fuse_req_t req, fuse_ino_t nid, uint64_t nlookup)
+{
+	forget_one(fs_of(req), nid, nlookup);
 	fuse_reply_none(req);
 }
 
 static void op_forget_multi(fuse_req_t req, size_t count, struct fuse_forget_data *forgets)
 {
 	for (size_t i = 0; i < count; i++)
-		if (is_block(forgets[i].ino))
-			itable_forget(fs_of(req)->itab, inode_of(forgets[i].ino),
-				      forgets[i].nlookup);
+		forget_one(fs_of(req), forgets[i].ino, forgets[i].nlookup);
 	fuse_reply_none(req);
 }
 
@@ -170,10 +175,12 @@ static void op_getattr(fuse_req_t req, fuse_ino_t nid, struct fuse_file_info *fi
 	struct stat st;
 	int rc;
 
-	if (!is_block(nid))
-		rc = ctl_getattr(fs, nid, &st);
-	else
+	if (is_block(nid))
 		rc = fs_block_stat(fs, inode_of(nid), &st);
+	else if (is_query(nid))
+		rc = query_getattr(fs, nid, &st);
+	else
+		rc = ctl_getattr(fs, nid, &st);
 	if (rc)
 		fuse_reply_err(req, -rc);
 	else
@@ -201,12 +208,23 @@ static void op_setattr(fuse_req_t req, fuse_ino_t nid, struct stat *attr, int to
 	struct stat st;
 	int rc = 0;
 
-	if (!is_block(nid)) {
+	if (!is_block(nid) && !is_query(nid)) {
 		fuse_reply_err(req, EPERM);
 		return;
 	}
 	if (to_set & (FUSE_SET_ATTR_MODE | FUSE_SET_ATTR_UID | FUSE_SET_ATTR_GID)) {
 		fuse_reply_err(req, EPERM);
+		return;
+	}
+	if (is_query(nid)) {
+		rc = (to_set & FUSE_SET_ATTR_SIZE) ? query_truncate(fs, nid, (uint64_t)attr->st_size)
+						   : 0;
+		if (rc == 0)
+			rc = query_getattr(fs, nid, &st);
+		if (rc)
+			fuse_reply_err(req, -rc);
+		else
+			fuse_reply_attr(req, &st, 0);
 		return;
 	}
 	if (to_set & FUSE_SET_ATTR_SIZE) {
@@ -304,7 +322,9 @@ static void op_open(fuse_req_t req, fuse_ino_t nid, struct fuse_file_info *fi)
 	struct inode *ino;
 	int rc;
 
-	if (!is_block(nid)) {
+	if (is_query(nid)) {
+		rc = query_open(fs, nid, fi->flags, &fh);
+	} else if (!is_block(nid)) {
 		rc = ctl_open(fs, nid, fi, &fh);
 	} else {
 		ino = itable_get(fs->itab, &inode_of(nid)->node.id, 0);
@@ -323,8 +343,16 @@ static void op_open(fuse_req_t req, fuse_ino_t nid, struct fuse_file_info *fi)
 	fi->fh = (uintptr_t)fh;
 	fi->keep_cache = 0;
 	fi->noflush = fh->kind != FH_WRITE; /* only a writer's close commits anything */
+	if (fh->kind == FH_QUERY)
+		fi->direct_io = 1; /* its contents change under other descriptors */
+	if (fh->kind == FH_READ)
+		counter_add(&fs->opens, 1);
 	if (fuse_reply_open(req, fi) == -ENOENT) {
 		/* interrupted: the kernel will not release it */
+		if (fh->kind == FH_QUERY) {
+			query_release(fs, fh);
+			return;
+		}
 		if (fh->kind == FH_READ)
 			tier_close(fh->h);
 		else if (fh->kind == FH_WRITE && fh->h)
@@ -343,9 +371,23 @@ static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_
 	struct fh *fh;
 	int rc;
 
-	(void)mode; /* every block is 0644 */
+	(void)mode; /* every block is 0644, every query file 0600 */
+	if (parent == NID_QUERY) {
+		rc = query_create(fs, req, name, fi->flags, &e, &fh);
+		if (rc) {
+			fuse_reply_err(req, -rc);
+			return;
+		}
+		fi->fh = (uintptr_t)fh;
+		fi->direct_io = 1;
+		if (fuse_reply_create(req, &e, fi) == -ENOENT) {
+			query_forget(fs, e.ino, 1);
+			query_release(fs, fh);
+		}
+		return;
+	}
 	if (parent != NID_ROOT) {
-		fuse_reply_err(req, parent == NID_UCM ? EPERM : EACCES);
+		fuse_reply_err(req, EPERM);
 		return;
 	}
 	if (blockid_parse_name(name, &id)) {
@@ -413,6 +455,11 @@ static void op_release(fuse_req_t req, fuse_ino_t nid, struct fuse_file_info *fi
 	struct ucmfs *fs = fs_of(req);
 	struct fh *fh = fh_of(fi);
 
+	if (fh->kind == FH_QUERY) {
+		query_release(fs, fh);
+		fuse_reply_err(req, 0);
+		return;
+	}
 	if (fh->kind == FH_READ)
 		tier_close(fh->h);
 	else if (fh->kind == FH_WRITE)
@@ -463,6 +510,16 @@ static void op_read(fuse_req_t req, fuse_ino_t nid, size_t size, off_t off,
 		fuse_reply_buf(req, fh->text + (len ? off : 0), len < size ? len : size);
 		return;
 	}
+	if (fh->kind == FH_QUERY) {
+		buf = malloc(size ? size : 1);
+		n = buf ? query_read(fs, fh, buf, size, (uint64_t)off) : -ENOMEM;
+		if (n < 0)
+			fuse_reply_err(req, (int)-n);
+		else
+			fuse_reply_buf(req, buf, (size_t)n);
+		free(buf);
+		return;
+	}
 	if (fh->kind == FH_READ) {
 		data = tier_data(fh->h);
 		if (data) {
@@ -472,6 +529,7 @@ static void op_read(fuse_req_t req, fuse_ino_t nid, size_t size, off_t off,
 				size = 0;
 			else if (size > a.size - (uint64_t)off)
 				size = (size_t)(a.size - (uint64_t)off);
+			counter_add(&fs->read_bytes, size);
 			fuse_reply_buf(req, size ? data + off : NULL, size);
 			return;
 		}
@@ -498,10 +556,12 @@ static void op_read(fuse_req_t req, fuse_ino_t nid, size_t size, off_t off,
 	} else {
 		n = tier_read(fh->h, buf, size, (uint64_t)off);
 	}
-	if (n < 0)
+	if (n < 0) {
 		fuse_reply_err(req, (int)-n);
-	else
+	} else {
+		counter_add(&fs->read_bytes, (uint64_t)n);
 		fuse_reply_buf(req, buf, (size_t)n);
+	}
 	free(buf);
 }
 
@@ -513,6 +573,14 @@ static void op_write(fuse_req_t req, fuse_ino_t nid, const char *buf, size_t siz
 	ssize_t n;
 	int rc = 0;
 
+	if (fh->kind == FH_QUERY) {
+		n = query_write(fs, fh, buf, size, (uint64_t)off);
+		if (n < 0)
+			fuse_reply_err(req, (int)-n);
+		else
+			fuse_reply_write(req, (size_t)n);
+		return;
+	}
 	if (fh->kind != FH_WRITE) {
 		fuse_reply_err(req, EBADF);
 		return;
@@ -529,6 +597,7 @@ static void op_write(fuse_req_t req, fuse_ino_t nid, const char *buf, size_t siz
 		return;
 	}
 	itable_resv_grow(fs->itab, fh->inode, (uint64_t)off + (uint64_t)n);
+	counter_add(&fs->write_bytes, (uint64_t)n);
 	fuse_reply_write(req, (size_t)n);
 }
 
@@ -561,8 +630,12 @@ static void op_unlink(fuse_req_t req, fuse_ino_t parent, const char *name)
 	struct blockid id;
 	int rc;
 
+	if (parent == NID_QUERY) {
+		fuse_reply_err(req, -query_unlink(fs, name));
+		return;
+	}
 	if (parent != NID_ROOT || !strcmp(name, ".ucm")) {
-		fuse_reply_err(req, parent == NID_QUERY ? ENOENT : EPERM);
+		fuse_reply_err(req, EPERM);
 		return;
 	}
 	if (blockid_parse_name(name, &id)) {
@@ -690,7 +763,7 @@ int fs_run(const struct ucm_options *o, struct tier *pipe)
 	fs.uid = getuid();
 	fs.gid = getgid();
 	clock_gettime(CLOCK_REALTIME, &fs.start);
-	if (itable_create(&fs.itab) || build_args(o, &args)) {
+	if (itable_create(&fs.itab) || query_init(&fs) || build_args(o, &args)) {
 		log_err("out of memory");
 		goto out;
 	}
@@ -739,6 +812,7 @@ out_session:
 out:
 	fuse_loop_cfg_destroy(lc);
 	fuse_opt_free_args(&args);
+	query_shutdown(&fs);
 	tier_destroy(pipe);
 	itable_destroy(fs.itab);
 	return status;

@@ -8,8 +8,12 @@
 #include <sys/stat.h>
 
 #include "fs/inode.h"
+#include "src/metrics.h"
 #include "src/options.h"
 #include "tiers/tier.h"
+
+struct qdir;
+struct qfile;
 
 struct ucmfs {
 	struct tier *pipe;               /* the only storage the FS knows */
@@ -19,9 +23,13 @@ struct ucmfs {
 	uid_t uid;                       /* owner of / and of every block */
 	gid_t gid;
 	struct timespec start;           /* times of the fixed files */
+	struct qdir *queries;            /* /.ucm/query */
+	counter_t read_bytes, write_bytes, opens;
+	counter_t queries_total;
+	struct histogram query_hist;
 };
 
-enum fh_kind { FH_READ, FH_WRITE, FH_CTL, FH_DIR };
+enum fh_kind { FH_READ, FH_WRITE, FH_CTL, FH_DIR, FH_QUERY };
 
 /* An open file (fuse_file_info.fh). */
 struct fh {
@@ -34,6 +42,7 @@ struct fh {
 	char *text;                      /* FH_CTL: the file's contents at open */
 	size_t len;
 	struct dircursor *dir;           /* FH_DIR */
+	struct qfile *q;                 /* FH_QUERY */
 };
 
 static inline struct ucmfs *fs_of(fuse_req_t req)
@@ -46,10 +55,21 @@ static inline struct fh *fh_of(struct fuse_file_info *fi)
 	return (struct fh *)(uintptr_t)fi->fh;
 }
 
-/* Is this node id a block (not one of the fixed files)? */
+/* The kind of node behind a node id, 0 for the fixed files. */
+static inline int node_kind(fuse_ino_t nid)
+{
+	return nid >= NID_FIRST_BLOCK ? *(const uint8_t *)(uintptr_t)nid : 0;
+}
+
+/* Is this node id a block? */
 static inline bool is_block(fuse_ino_t nid)
 {
-	return nid >= NID_FIRST_BLOCK;
+	return node_kind(nid) == NODE_BLOCK;
+}
+
+static inline bool is_query(fuse_ino_t nid)
+{
+	return node_kind(nid) == NODE_QUERY;
 }
 
 static inline struct inode *inode_of(fuse_ino_t nid)
@@ -65,6 +85,33 @@ int ctl_lookup(struct ucmfs *fs, fuse_ino_t parent, const char *name, struct fus
 int ctl_getattr(struct ucmfs *fs, fuse_ino_t nid, struct stat *st);
 void ctl_root_attr(struct ucmfs *fs, struct stat *st);
 int ctl_open(struct ucmfs *fs, fuse_ino_t nid, struct fuse_file_info *fi, struct fh **out);
+
+/* fs/ctl.c: /.ucm/stats */
+int stats_text(struct ucmfs *fs, char **text, size_t *len);
+
+/* fs/query.c: lookup queries under /.ucm/query (DESIGN.md section 4) */
+int query_init(struct ucmfs *fs);
+void query_shutdown(struct ucmfs *fs);
+int query_lookup(struct ucmfs *fs, const char *name, struct fuse_entry_param *e);
+int query_create(struct ucmfs *fs, fuse_req_t req, const char *name, int flags,
+		 struct fuse_entry_param *e, struct fh **out);
+int query_open(struct ucmfs *fs, fuse_ino_t nid, int flags, struct fh **out);
+void query_forget(struct ucmfs *fs, fuse_ino_t nid, uint64_t n);
+void query_release(struct ucmfs *fs, struct fh *fh);
+int query_getattr(struct ucmfs *fs, fuse_ino_t nid, struct stat *st);
+int query_truncate(struct ucmfs *fs, fuse_ino_t nid, uint64_t size);
+ssize_t query_read(struct ucmfs *fs, struct fh *fh, char *buf, size_t size, uint64_t off);
+ssize_t query_write(struct ucmfs *fs, struct fh *fh, const char *buf, size_t size,
+		    uint64_t off);
+int query_unlink(struct ucmfs *fs, const char *name);
+/* Names in /.ucm/query: calls fn for each from index `from` on, until it returns false. */
+void query_list(struct ucmfs *fs, size_t from, bool (*fn)(const char *name, uint64_t ino,
+							  size_t next, void *arg), void *arg);
+/* xattrs of a query file: length of the value (or -errno) */
+int query_getxattr(struct ucmfs *fs, fuse_ino_t nid, const char *name, char **value);
+int query_setxattr(struct ucmfs *fs, fuse_ino_t nid, const char *name, const char *value,
+		   size_t size);
+size_t query_listxattr(char *buf, size_t size);
 
 /* fs/dir.c: directory listings */
 void dir_opendir(fuse_req_t req, fuse_ino_t nid, struct fuse_file_info *fi);

@@ -51,6 +51,7 @@ struct inode *itable_get(struct itable *t, const struct blockid *id, int kernel)
 	} else {
 		ino = calloc(1, sizeof(*ino));
 		if (ino) {
+			ino->kind = NODE_BLOCK;
 			ino->node.id = *id;
 			/* stable across mounts; never one of the fixed node numbers */
 			ino->st_ino = (blockid_hash(id) >> 1) | NID_FIRST_BLOCK;

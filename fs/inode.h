@@ -22,7 +22,11 @@ enum {
 	NID_FIRST_BLOCK = 4096,
 };
 
+/* What a node id above NID_FIRST_BLOCK points at: its first byte says. */
+enum node_kind { NODE_BLOCK = 1, NODE_QUERY = 2 };
+
 struct inode {
+	uint8_t kind;           /* NODE_BLOCK */
 	struct idnode node;     /* by id, in the table */
 	uint64_t nlookup;       /* kernel references; protected by the table lock */
 	uint64_t refs;          /* daemon references; protected by the table lock */

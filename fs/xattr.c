@@ -12,6 +12,7 @@
  */
 #include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "fs/fs_int.h"
@@ -82,9 +83,19 @@ static void reply_value(fuse_req_t req, const char *value, size_t len, size_t si
 
 void xattr_get(fuse_req_t req, fuse_ino_t nid, const char *name, size_t size)
 {
-	char value[64];
+	char value[64], *q;
 	int n;
 
+	if (is_query(nid)) {
+		n = query_getxattr(fs_of(req), nid, name, &q);
+		if (n < 0) {
+			fuse_reply_err(req, -n);
+			return;
+		}
+		reply_value(req, q, (size_t)n, size);
+		free(q);
+		return;
+	}
 	if (!is_block(nid)) {
 		fuse_reply_err(req, ENODATA);
 		return;
@@ -119,6 +130,10 @@ void xattr_set(fuse_req_t req, fuse_ino_t nid, const char *name, const char *val
 	int rc;
 
 	(void)flags;
+	if (is_query(nid)) {
+		fuse_reply_err(req, -query_setxattr(fs, nid, name, value, size));
+		return;
+	}
 	if (!is_block(nid) || (strcmp(name, X_TTL) && !is_readonly(name))) {
 		fuse_reply_err(req, ENOTSUP);
 		return;
@@ -139,6 +154,8 @@ void xattr_list(fuse_req_t req, fuse_ino_t nid, size_t size)
 	char list[256];
 	size_t len = 0;
 
+	if (is_query(nid))
+		len = query_listxattr(list, sizeof(list));
 	if (is_block(nid)) {
 		len += (size_t)snprintf(list, sizeof(list), "%s", X_TTL) + 1;
 		for (size_t i = 0; i < sizeof(readonly_names) / sizeof(readonly_names[0]); i++)

@@ -39,6 +39,7 @@
 #include "src/buf.h"
 #include "src/clock.h"
 #include "src/idmap.h"
+#include "src/metrics.h"
 #include "tiers/cache_policy.h"
 
 enum { CB_RESERVED, CB_LIVE, CB_DEAD };
@@ -78,7 +79,10 @@ struct cache {
 	uint64_t dirty_bytes;          /* protected by lock */
 	uint64_t dirty_blocks;         /* protected by lock */
 	uint64_t next_version;         /* protected by lock */
+	uint64_t pins;                 /* open readers of all blocks; protected by lock */
+	uint64_t reservations;         /* RESERVED cblocks; protected by lock */
 	unsigned dirty_wait_ms;
+	counter_t hits, misses, evictions, expirations, bytes_in;
 };
 
 #define CB(n) ((struct cblock *)((char *)(n) - offsetof(struct cblock, node)))
@@ -201,8 +205,10 @@ static struct cblock *find_live(struct cache *c, const struct blockid *id, struc
 		return NULL;
 	b = CB(n);
 	if (expired(b, mono_ns())) {
-		if (b->pins == 0)
+		if (b->pins == 0) {
 			kill_locked(c, b, fl);
+			counter_add(&c->expirations, 1);
+		}
 		return NULL;
 	}
 	return b;
@@ -224,6 +230,7 @@ static int make_room(struct cache *c, uint64_t need, bool wait, struct freelist 
 
 		if (e) {
 			kill_locked(c, PE_CB(e), fl);
+			counter_add(&c->evictions, 1);
 			continue;
 		}
 		/* nothing evictable: only dirty blocks can still become evictable */
@@ -268,6 +275,7 @@ static void grab_locked(struct cache *c, struct cblock *b, int kind)
 	b->refs++;
 	if (kind == H_READ) {
 		b->pins++;
+		c->pins++;
 		policy_out(c, b);
 	}
 	b->atime = wall_ns();
@@ -324,9 +332,11 @@ static int cache_open(struct tier *t, const struct blockid *id, unsigned flags,
 	pthread_mutex_unlock(&c->lock);
 	freelist_run(&fl);
 	if (!b) {
+		counter_add(&c->misses, 1);
 		free(h);
 		return -ENOENT;
 	}
+	counter_add(&c->hits, 1);
 	*out = &h->base;
 	return 0;
 }
@@ -370,12 +380,15 @@ static void cache_close(struct tier_handle *th)
 	if (h->kind == H_READ) {
 		assert(b->pins > 0);
 		b->pins--;
+		c->pins--;
 	}
 	if (b->state == CB_LIVE && b->pins == 0) {
-		if (expired(b, mono_ns()))
+		if (expired(b, mono_ns())) {
 			kill_locked(c, b, &fl);
-		else
+			counter_add(&c->expirations, 1);
+		} else {
 			policy_in(c, b);
+		}
 	}
 	put_locked(c, b, &fl);
 	cache_check(c);
@@ -410,8 +423,10 @@ static int cache_reserve(struct tier *t, const struct blockid *id, unsigned flag
 	b->state = CB_RESERVED;
 	pthread_mutex_lock(&c->lock);
 	rc = make_room(c, cap, !(flags & TIER_RESERVE_NOWAIT), &fl);
-	if (rc == 0)
+	if (rc == 0) {
 		c->used += cap;
+		c->reservations++;
+	}
 	pthread_mutex_unlock(&c->lock);
 	freelist_run(&fl);
 	if (rc) {
@@ -523,8 +538,10 @@ static int cache_commit(struct tier_handle *th, const struct block_meta *meta, u
 		}
 	}
 	pthread_mutex_lock(&c->lock);
+	c->reservations--;
 	old = find_live(c, &b->node.id, &fl);
 	if (old && (flags & TIER_COMMIT_LOADED)) {
+		c->reservations++; /* abort below counts it out */
 		pthread_mutex_unlock(&c->lock);
 		freelist_run(&fl);
 		free(r);
@@ -565,6 +582,7 @@ static int cache_commit(struct tier_handle *th, const struct block_meta *meta, u
 	cache_check(c);
 	pthread_mutex_unlock(&c->lock);
 	freelist_run(&fl);
+	counter_add(&c->bytes_in, meta->size);
 	free(h);
 	return 0;
 }
@@ -576,6 +594,7 @@ static void cache_abort(struct tier_handle *th)
 	struct freelist fl = { .n = 0 };
 
 	pthread_mutex_lock(&c->lock);
+	c->reservations--;
 	h->b->state = CB_DEAD;
 	put_locked(c, h->b, &fl);
 	pthread_mutex_unlock(&c->lock);
@@ -708,6 +727,41 @@ static int cache_usage(struct tier *t, struct tier_usage *u)
 	return 0;
 }
 
+static void cache_metrics(struct tier *t, struct metrics *m)
+{
+	struct cache *c = cache_of(t);
+	const char *l = "tier=\"mem\"";
+	uint64_t blocks, used, dirty, pins, resv;
+
+	pthread_mutex_lock(&c->lock);
+	blocks = c->map.count;
+	used = c->used;
+	dirty = c->dirty_blocks;
+	pins = c->pins;
+	resv = c->reservations;
+	pthread_mutex_unlock(&c->lock);
+	metrics_counter(m, "ucmfs_tier_hits_total", "Opens served by the tier.", l,
+			counter_get(&c->hits));
+	metrics_counter(m, "ucmfs_tier_misses_total", "Opens the tier could not serve.", l,
+			counter_get(&c->misses));
+	metrics_counter(m, "ucmfs_tier_bytes_in_total", "Bytes stored into the tier.", l,
+			counter_get(&c->bytes_in));
+	metrics_counter(m, "ucmfs_tier_evictions_total", "Blocks evicted to make room.", l,
+			counter_get(&c->evictions));
+	metrics_counter(m, "ucmfs_tier_expirations_total", "Blocks removed at their TTL.", l,
+			counter_get(&c->expirations));
+	metrics_gauge(m, "ucmfs_tier_blocks", "Committed blocks resident in the tier.", l,
+		      (double)blocks);
+	metrics_gauge(m, "ucmfs_tier_bytes", "Bytes the tier holds.", l, (double)used);
+	metrics_gauge(m, "ucmfs_tier_capacity_bytes", "Capacity of the tier.", l,
+		      (double)c->capacity);
+	metrics_gauge(m, "ucmfs_mem_dirty_blocks", "Blocks in memory not yet safe on disk.", "",
+		      (double)dirty);
+	metrics_gauge(m, "ucmfs_pins", "Open readers of blocks in memory.", "", (double)pins);
+	metrics_gauge(m, "ucmfs_reservations", "Blocks being written in memory.", "",
+		      (double)resv);
+}
+
 static void drop_one(struct idnode *n, void *arg)
 {
 	struct cache *c = arg;
@@ -750,6 +804,7 @@ const struct tier_ops tier_cache_ops = {
 	.mark_clean = cache_mark_clean,
 	.list_shard = cache_list_shard,
 	.usage = cache_usage,
+	.metrics = cache_metrics,
 };
 
 int cache_create(const struct cache_config *cfg, struct tier **out)

@@ -34,6 +34,7 @@
 #include <xxhash.h>
 #include <zstd.h>
 
+#include "src/metrics.h"
 #include "tiers/posix_header.h"
 #include "tiers/shuffle.h"
 
@@ -587,6 +588,23 @@ static int c_usage(struct tier *t, struct tier_usage *u)
 	return b->ops->usage(b, u);
 }
 
+static void c_metrics(struct tier *t, struct metrics *m)
+{
+	struct ctier *c = ct_of(t);
+	uint64_t raw = atomic_load(&c->raw_bytes), st = atomic_load(&c->stored_bytes);
+
+	metrics_counter(m, "ucmfs_compress_raw_bytes_total", "Raw bytes encoded for disk.", "",
+			raw);
+	metrics_counter(m, "ucmfs_compress_stored_bytes_total", "Bytes they were stored as.", "",
+			st);
+	metrics_gauge(m, "ucmfs_compression_ratio", "Raw bytes per stored byte, so far.", "",
+		      st ? (double)raw / (double)st : 1.0);
+	metrics_counter(m, "ucmfs_compress_chunks_decoded_total", "Chunks read and decoded.", "",
+			atomic_load(&c->chunks_decoded));
+	if (c->below->ops->metrics)
+		c->below->ops->metrics(c->below, m);
+}
+
 static void c_destroy(struct tier *t)
 {
 	struct ctier *c = ct_of(t);
@@ -618,6 +636,7 @@ const struct tier_ops tier_compress_ops = {
 	.sync = c_sync,
 	.list_shard = c_list_shard,
 	.usage = c_usage,
+	.metrics = c_metrics,
 };
 
 void compress_counters(struct tier *t, struct compress_counters *out)

@@ -43,6 +43,7 @@
 #include "src/extents.h"
 #include "src/idmap.h"
 #include "src/log.h"
+#include "src/metrics.h"
 #include "src/units.h"
 #include "tiers/cache.h"
 #include "tiers/compress.h"
@@ -111,6 +112,7 @@ struct pipeline {
 
 	atomic_uint_fast64_t commits_ok, commits_incomplete, commits_failed;
 	atomic_uint_fast64_t dumps, dump_errors, loads, load_errors, spills, streamed;
+	struct histogram load_hist, dump_hist;
 };
 
 #define SESSION(n) ((struct session *)((char *)(n) - offsetof(struct session, node)))
@@ -177,6 +179,7 @@ static int load(struct pipeline *p, const struct blockid *id, unsigned flags,
 {
 	struct tier_handle *lh, *r, *rd = NULL;
 	struct block_attr a, now;
+	int64_t t0 = mono_ns();
 	void *buf;
 	ssize_t n;
 	int rc;
@@ -214,6 +217,7 @@ static int load(struct pipeline *p, const struct blockid *id, unsigned flags,
 	pthread_mutex_unlock(stripe_of(p, id));
 	if (rc == 0) {
 		atomic_fetch_add(&p->loads, 1);
+		histogram_observe(&p->load_hist, mono_ns() - t0);
 		tier_close(lh);
 		*out = rd;
 		return 0;
@@ -681,6 +685,7 @@ static int dump(struct pipeline *p, struct tier_handle *rd, const struct blockid
 	struct block_meta m;
 	pthread_mutex_t *st = stripe_of(p, id);
 	const char *data = tier_data(rd);
+	int64_t t0 = mono_ns();
 	int rc;
 
 	p->cache->ops->stat(rd, &a);
@@ -714,8 +719,10 @@ static int dump(struct pipeline *p, struct tier_handle *rd, const struct blockid
 		pthread_mutex_unlock(st);
 	}
 	tier_close(rd);
-	if (rc == 0)
+	if (rc == 0) {
 		atomic_fetch_add(&p->dumps, 1);
+		histogram_observe(&p->dump_hist, mono_ns() - t0);
+	}
 	return rc == -ESTALE ? 0 : rc;
 }
 
@@ -987,6 +994,41 @@ static void pipe_destroy(struct tier *t)
 	free(p);
 }
 
+static void pipe_metrics(struct tier *t, struct metrics *m)
+{
+	struct pipeline *p = pipe_of(t);
+	struct pipeline_counters c;
+	const char *help = "Commits (closes that published or failed) by result.";
+
+	pipeline_counters(t, &c);
+	metrics_counter(m, "ucmfs_commits_total", help, "result=\"ok\"", c.commits_ok);
+	metrics_counter(m, "ucmfs_commits_total", help, "result=\"incomplete\"",
+			c.commits_incomplete);
+	metrics_counter(m, "ucmfs_commits_total", help, "result=\"failed\"", c.commits_failed);
+	metrics_counter(m, "ucmfs_loads_total", "Blocks loaded from disk into memory.", "",
+			c.loads);
+	metrics_counter(m, "ucmfs_load_errors_total", "Loads that failed.", "", c.load_errors);
+	metrics_counter(m, "ucmfs_dumps_total", "Blocks written from memory to disk.", "",
+			c.dumps);
+	metrics_counter(m, "ucmfs_dump_errors_total", "Writes to disk that failed.", "",
+			c.dump_errors);
+	metrics_counter(m, "ucmfs_spills_total",
+			"Reservations moved to disk because memory was full.", "", c.spills);
+	metrics_counter(m, "ucmfs_streamed_opens_total",
+			"Opens served straight from disk (no room in memory).", "",
+			c.streamed_opens);
+	metrics_gauge(m, "ucmfs_disk_queue_depth", "Disk operations queued or running.",
+		      "queue=\"dump\"", (double)c.dump_queue);
+	metrics_histogram(m, "ucmfs_load_seconds", "Time to load a block from disk into memory.",
+			  "", &p->load_hist);
+	metrics_histogram(m, "ucmfs_dump_seconds", "Time to write a block from memory to disk.",
+			  "", &p->dump_hist);
+	if (p->cache && p->cache->ops->metrics)
+		p->cache->ops->metrics(p->cache, m);
+	if (p->below && p->below->ops->metrics)
+		p->below->ops->metrics(p->below, m);
+}
+
 const struct tier_ops tier_pipeline_ops = {
 	.name = "pipeline",
 	.destroy = pipe_destroy,
@@ -1010,6 +1052,7 @@ const struct tier_ops tier_pipeline_ops = {
 	.list_shard = pipe_list_shard,
 	.usage = pipe_usage,
 	.drain = pipe_drain,
+	.metrics = pipe_metrics,
 };
 
 void pipeline_counters(struct tier *t, struct pipeline_counters *out)

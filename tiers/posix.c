@@ -44,6 +44,7 @@
 #include "src/clock.h"
 #include "src/idmap.h"
 #include "src/log.h"
+#include "src/metrics.h"
 #include "tiers/posix_header.h"
 
 #define TEMP_MARK ".tmp"
@@ -71,6 +72,7 @@ struct posix {
 	struct idmap map;        /* protected by lock */
 	uint64_t phys_used;      /* protected by lock */
 	atomic_uint_fast64_t quarantined, temp_removed, skipped;
+	counter_t hits, misses, bytes_read, bytes_written, expirations, checksum_failures;
 };
 
 struct phandle {
@@ -295,8 +297,11 @@ static int posix_open(struct tier *t, const struct blockid *id, unsigned flags,
 	int rc;
 
 	rc = posix_lookup(t, id, NULL);
-	if (rc)
+	if (rc) {
+		counter_add(&p->misses, 1);
 		return rc;
+	}
+	counter_add(&p->hits, 1);
 	h = new_handle(p, id);
 	if (!h)
 		return -ENOMEM;
@@ -389,8 +394,10 @@ static int verify_whole(struct phandle *h)
 		XXH3_64bits_update(st, buf, len);
 		off += len;
 	}
-	if (rc == 0 && XXH3_64bits_digest(st) != h->hdr->csum)
+	if (rc == 0 && XXH3_64bits_digest(st) != h->hdr->csum) {
+		counter_add(&p->checksum_failures, 1);
 		rc = -EIO;
+	}
 out:
 	if (rc == -EIO) {
 		char path[PATH_MAX];
@@ -422,7 +429,9 @@ static int read_chunk(struct phandle *h, uint32_t i, char *dst)
 		damaged(h, "file too short");
 		return -EIO;
 	}
+	counter_add(&posix_of(h->base.tier)->bytes_read, len);
 	if (XXH3_64bits(dst, len) != h->hdr->chunk[i].csum) {
+		counter_add(&posix_of(h->base.tier)->checksum_failures, 1);
 		damaged(h, "chunk checksum mismatch");
 		return -EIO;
 	}
@@ -493,6 +502,7 @@ static ssize_t posix_read(struct tier_handle *th, void *buf, size_t len, uint64_
 	n = pread_full(h->fd, buf, len, h->payload + off);
 	if (n < 0)
 		return -EIO;
+	counter_add(&posix_of(th->tier)->bytes_read, (uint64_t)n);
 	if ((size_t)n != len) {
 		if (!h->verified) {
 			char path[PATH_MAX];
@@ -506,6 +516,8 @@ static ssize_t posix_read(struct tier_handle *th, void *buf, size_t len, uint64_
 		/* a whole-block read: check exactly the bytes about to be returned */
 		if (XXH3_64bits(buf, len) != h->hdr->csum) {
 			char path[PATH_MAX];
+
+			counter_add(&posix_of(th->tier)->checksum_failures, 1);
 
 			block_path(posix_of(th->tier), &h->id, path, sizeof(path));
 			quarantine(posix_of(th->tier), path, &h->id, h->ino, "checksum mismatch");
@@ -625,6 +637,7 @@ static ssize_t posix_write(struct tier_handle *th, const void *buf, size_t len, 
 
 	if (n < 0)
 		return io_error((int)n);
+	counter_add(&posix_of(th->tier)->bytes_written, (uint64_t)n);
 	if (off == h->hashed) {
 		XXH3_64bits_update(h->xx, buf, len);
 		h->hashed += len;
@@ -971,6 +984,37 @@ static void posix_destroy(struct tier *t)
 	free(p);
 }
 
+static void posix_metrics(struct tier *t, struct metrics *m)
+{
+	struct posix *p = posix_of(t);
+	const char *l = "tier=\"disk\"";
+	struct tier_usage u;
+
+	posix_usage(t, &u);
+	metrics_counter(m, "ucmfs_tier_hits_total", "Opens served by the tier.", l,
+			counter_get(&p->hits));
+	metrics_counter(m, "ucmfs_tier_misses_total", "Opens the tier could not serve.", l,
+			counter_get(&p->misses));
+	metrics_counter(m, "ucmfs_tier_bytes_in_total", "Bytes stored into the tier.", l,
+			counter_get(&p->bytes_written));
+	metrics_counter(m, "ucmfs_tier_bytes_out_total", "Bytes read from the tier.", l,
+			counter_get(&p->bytes_read));
+	metrics_counter(m, "ucmfs_tier_expirations_total", "Blocks removed at their TTL.", l,
+			counter_get(&p->expirations));
+	metrics_gauge(m, "ucmfs_tier_blocks", "Committed blocks resident in the tier.", l,
+		      (double)u.blocks);
+	metrics_gauge(m, "ucmfs_tier_bytes", "Bytes the tier holds.", l, (double)u.used);
+	metrics_gauge(m, "ucmfs_tier_capacity_bytes", "Capacity of the tier.", l,
+		      (double)u.capacity);
+	metrics_counter(m, "ucmfs_checksum_failures_total",
+			"Stored bytes that did not match their checksum.", "",
+			counter_get(&p->checksum_failures));
+	metrics_counter(m, "ucmfs_quarantined_total", "Damaged block files moved to quarantine.",
+			"", atomic_load(&p->quarantined));
+	metrics_counter(m, "ucmfs_temp_files_removed_total",
+			"Leftover temp files removed at start.", "", atomic_load(&p->temp_removed));
+}
+
 void posix_counters(struct tier *t, struct posix_counters *out)
 {
 	struct posix *p = posix_of(t);
@@ -1000,6 +1044,7 @@ const struct tier_ops tier_posix_ops = {
 	.sync = posix_sync,
 	.list_shard = posix_list_shard,
 	.usage = posix_usage,
+	.metrics = posix_metrics,
 };
 
 /* --- start: lock, scan, recover ---------------------------------------------------------- */

@@ -103,6 +103,7 @@ struct block_meta {
 
 struct tier;
 struct tier_handle;
+struct metrics;
 
 /* Capacity and use, for statfs and metrics. */
 struct tier_usage {
@@ -199,6 +200,9 @@ struct tier_ops {
 
 	/* Finish all background work (dumps) before returning. */
 	void (*drain)(struct tier *t);
+
+	/* Add this tier's samples (and those of the tiers it stacks) to m. */
+	void (*metrics)(struct tier *t, struct metrics *m);
 };
 
 struct tier {
