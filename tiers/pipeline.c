@@ -48,6 +48,7 @@
 #include "tiers/cache.h"
 #include "tiers/compress.h"
 #include "tiers/posix.h"
+#include "tiers/stripe.h"
 
 #define NSTRIPES 64
 #define MAX_DUMP_THREADS 8
@@ -1164,14 +1165,22 @@ int pipeline_build(const struct ucm_options *o, struct tier **out)
 			.level = o->zstd_level,
 			.shuffle = (unsigned)o->shuffle,
 		};
-		struct tier *disk;
+		struct tier *disk, *dirs[UCM_MAX_STORES];
 
-		if (o->nstores > 1)
-			log_warn("striping over %d STORE directories is not built yet: using %s only",
-				 o->nstores, o->stores[0]);
 		if (o->io == IO_AIO)
 			log_info("io=aio: the libaio engine is not built yet; using psync");
-		rc = posix_create(&xc, &disk);
+		rc = 0;
+		for (int i = 0; i < o->nstores && rc == 0; i++) {
+			xc.root = o->stores[i];
+			rc = posix_create(&xc, &dirs[i]);
+			if (rc)
+				while (i-- > 0)
+					tier_destroy(dirs[i]);
+		}
+		if (rc == 0 && o->nstores == 1)
+			disk = dirs[0];
+		else if (rc == 0)
+			rc = stripe_create(dirs, o->nstores, &disk);
 		if (rc == 0)
 			rc = compress_create(&zc, disk, &pc.below);
 		if (rc) {

@@ -987,9 +987,19 @@ static void posix_destroy(struct tier *t)
 static void posix_metrics(struct tier *t, struct metrics *m)
 {
 	struct posix *p = posix_of(t);
-	const char *l = "tier=\"disk\"";
+	char store[PATH_MAX + 32], l[PATH_MAX + 64], *o;
 	struct tier_usage u;
 
+	/* store="<root>", escaped as the exposition format wants */
+	o = store + snprintf(store, sizeof(store), "store=\"");
+	for (const char *c = p->root; *c && o < store + sizeof(store) - 4; c++) {
+		if (*c == '\\' || *c == '"')
+			*o++ = '\\';
+		*o++ = *c == '\n' ? 'n' : *c;
+	}
+	*o++ = '"';
+	*o = '\0';
+	snprintf(l, sizeof(l), "tier=\"disk\",%s", store);
 	posix_usage(t, &u);
 	metrics_counter(m, "ucmfs_tier_hits_total", "Opens served by the tier.", l,
 			counter_get(&p->hits));
@@ -1007,12 +1017,13 @@ static void posix_metrics(struct tier *t, struct metrics *m)
 	metrics_gauge(m, "ucmfs_tier_capacity_bytes", "Capacity of the tier.", l,
 		      (double)u.capacity);
 	metrics_counter(m, "ucmfs_checksum_failures_total",
-			"Stored bytes that did not match their checksum.", "",
+			"Stored bytes that did not match their checksum.", store,
 			counter_get(&p->checksum_failures));
 	metrics_counter(m, "ucmfs_quarantined_total", "Damaged block files moved to quarantine.",
-			"", atomic_load(&p->quarantined));
+			store, atomic_load(&p->quarantined));
 	metrics_counter(m, "ucmfs_temp_files_removed_total",
-			"Leftover temp files removed at start.", "", atomic_load(&p->temp_removed));
+			"Leftover temp files removed at start.", store,
+			atomic_load(&p->temp_removed));
 }
 
 void posix_counters(struct tier *t, struct posix_counters *out)
