@@ -53,9 +53,11 @@
 
 struct pentry {
 	struct idnode node;
+	struct pentry *prev, *next; /* recency list, coldest first */
 	uint64_t size, stored, phys, ino;
 	int64_t mtime, atime, deadline;
 	uint32_t codec;
+	uint32_t opens;             /* read handles on this version: never evicted */
 };
 
 struct posix {
@@ -70,9 +72,11 @@ struct posix {
 	atomic_uint_fast64_t temp_seq;
 	pthread_mutex_t lock;
 	struct idmap map;        /* protected by lock */
+	struct pentry lru;       /* recency list sentinel; protected by lock */
 	uint64_t phys_used;      /* protected by lock */
 	atomic_uint_fast64_t quarantined, temp_removed, skipped;
 	counter_t hits, misses, bytes_read, bytes_written, expirations, checksum_failures;
+	counter_t evictions;
 };
 
 struct phandle {
@@ -84,12 +88,14 @@ struct phandle {
 	uint64_t payload;        /* file offset of byte 0 of the block */
 	uint64_t size;           /* logical size (write: max(written end, declared)) */
 	uint64_t ino;
+	bool counted;            /* read: counted in its entry's opens */
 	struct disk_header *hdr; /* read, native layout */
 	uint64_t *coff;          /* read: stored offset of each chunk (nchunks + 1 entries) */
 	char *cbuf;              /* read: the last chunk checked whole, for partial reads */
 	uint32_t cbuf_chunk;     /* which chunk cbuf holds, UINT32_MAX if none */
 	struct tier_chunk *ctab; /* read: the chunk table in tier form */
 	struct block_attr attr;  /* read */
+	uint64_t room;           /* write: payload bytes make_room() has allowed for */
 	XXH3_state_t *xx;        /* write: running checksum of bytes [0, hashed) */
 	uint64_t hashed;
 	char tmp[PATH_MAX];      /* write: temp file */
@@ -176,20 +182,45 @@ static bool is_expired(int64_t deadline, int64_t now)
 
 /* --- index ------------------------------------------------------------------------------- */
 
+static void lru_unlink(struct pentry *e)
+{
+	e->prev->next = e->next;
+	e->next->prev = e->prev;
+}
+
+/* Make e the most recently used entry. p->lock held. */
+static void lru_touch(struct posix *p, struct pentry *e)
+{
+	if (e->next)
+		lru_unlink(e);
+	e->next = &p->lru;
+	e->prev = p->lru.prev;
+	p->lru.prev->next = e;
+	p->lru.prev = e;
+}
+
+/* Take an entry out of the index and free it. p->lock held. */
+static void index_del(struct posix *p, struct pentry *e)
+{
+	p->phys_used -= e->phys;
+	idmap_remove(&p->map, &e->node);
+	lru_unlink(e);
+	free(e);
+}
+
 /* Insert or replace the entry of e->node.id; takes ownership of e. p->lock held. */
 static void index_put(struct posix *p, struct pentry *e)
 {
 	struct idnode *n = idmap_find(&p->map, &e->node.id);
 
-	if (n) {
-		p->phys_used -= PE(n)->phys;
-		idmap_remove(&p->map, n);
-		free(PE(n));
-	}
+	if (n)
+		index_del(p, PE(n));
 	if (idmap_insert(&p->map, &e->node)) {
 		free(e); /* cannot index it: the file stays on disk and is found at the next start */
 		return;
 	}
+	e->next = NULL;
+	lru_touch(p, e);
 	p->phys_used += e->phys;
 }
 
@@ -200,10 +231,57 @@ static bool index_drop(struct posix *p, const struct blockid *id, uint64_t ino)
 
 	if (!n || (ino && PE(n)->ino != ino))
 		return false;
-	p->phys_used -= PE(n)->phys;
-	idmap_remove(&p->map, n);
-	free(PE(n));
+	index_del(p, PE(n));
 	return true;
+}
+
+static uint64_t capacity_now(struct posix *p, uint64_t used);
+
+/*
+ * Make room for `need` more physical bytes: remove the coldest blocks that nobody reads,
+ * expired ones first. 0, or -ENOSPC if even that cannot free enough (nothing is removed then
+ * beyond what was already expired).
+ */
+static int make_room(struct posix *p, uint64_t need)
+{
+	struct blockid victims[64];
+	int64_t now = mono_ns();
+	uint64_t cap, want, freed = 0;
+	int nv = 0, rc = 0;
+
+	pthread_mutex_lock(&p->lock);
+	cap = capacity_now(p, p->phys_used);
+	if (p->phys_used + need <= cap) {
+		pthread_mutex_unlock(&p->lock);
+		return 0;
+	}
+	want = p->phys_used + need - cap;
+	for (int pass = 0; pass < 2 && freed < want; pass++) {
+		struct pentry *e = p->lru.next, *next;
+
+		for (; e != &p->lru && freed < want && nv < 64; e = next) {
+			next = e->next;
+			if (e->opens || (pass == 0 && !is_expired(e->deadline, now)))
+				continue;
+			freed += e->phys;
+			victims[nv++] = e->node.id;
+			if (is_expired(e->deadline, now))
+				counter_add(&p->expirations, 1);
+			else
+				counter_add(&p->evictions, 1);
+			index_del(p, e);
+		}
+	}
+	if (freed < want)
+		rc = -ENOSPC;
+	pthread_mutex_unlock(&p->lock);
+	for (int i = 0; i < nv; i++) {
+		char path[PATH_MAX];
+
+		block_path(p, &victims[i], path, sizeof(path));
+		unlink(path);
+	}
+	return rc;
 }
 
 static void quarantine(struct posix *p, const char *path, const struct blockid *id, uint64_t ino,
@@ -286,6 +364,26 @@ static void free_handle(struct phandle *h)
 	free(h);
 }
 
+/* Count a read handle in (or out of) its entry's opens, and refresh its recency. */
+static void pin(struct posix *p, struct phandle *h, bool in)
+{
+	struct idnode *n;
+
+	pthread_mutex_lock(&p->lock);
+	n = idmap_find(&p->map, &h->id);
+	if (n && PE(n)->ino == h->ino) {
+		if (in) {
+			PE(n)->opens++;
+			PE(n)->atime = wall_ns();
+			lru_touch(p, PE(n));
+			h->counted = true;
+		} else if (h->counted) {
+			PE(n)->opens--;
+		}
+	}
+	pthread_mutex_unlock(&p->lock);
+}
+
 static int posix_open(struct tier *t, const struct blockid *id, unsigned flags,
 		      struct tier_handle **out)
 {
@@ -312,6 +410,7 @@ static int posix_open(struct tier *t, const struct blockid *id, unsigned flags,
 		goto err;
 	}
 	h->ino = st.st_ino;
+	pin(p, h, true);
 	if (p->layout == LAYOUT_UCM) {
 		h->size = (uint64_t)st.st_size;
 		h->verified = true; /* raw bytes carry no checksum */
@@ -361,6 +460,8 @@ static int posix_open(struct tier *t, const struct blockid *id, unsigned flags,
 	*out = &h->base;
 	return 0;
 err:
+	if (h->counted)
+		pin(p, h, false);
 	free_handle(h);
 	return rc;
 }
@@ -559,7 +660,11 @@ static int posix_stat(struct tier_handle *th, struct block_attr *attr)
 
 static void posix_close(struct tier_handle *th)
 {
-	free_handle((struct phandle *)th);
+	struct phandle *h = (struct phandle *)th;
+
+	if (h->counted)
+		pin(posix_of(th->tier), h, false);
+	free_handle(h);
 }
 
 /* --- writing ----------------------------------------------------------------------------- */
@@ -605,11 +710,15 @@ static int posix_reserve(struct tier *t, const struct blockid *id, unsigned flag
 
 	if ((flags & TIER_RESERVE_EXCL) && posix_lookup(t, id, NULL) == 0)
 		return -EEXIST;
+	rc = make_room(p, payload_off(p) + buf_round(size_hint));
+	if (rc)
+		return rc;
 	h = new_handle(p, id);
 	if (!h)
 		return -ENOMEM;
 	h->writing = true;
 	h->verified = true;
+	h->room = buf_round(size_hint);
 	h->xx = XXH3_createState();
 	if (!h->xx) {
 		free_handle(h);
@@ -633,8 +742,21 @@ static int io_error(int rc)
 static ssize_t posix_write(struct tier_handle *th, const void *buf, size_t len, uint64_t off)
 {
 	struct phandle *h = (struct phandle *)th;
-	ssize_t n = pwrite_full(h->fd, buf, len, h->payload + off);
+	ssize_t n;
 
+	if (off + len > h->room) {
+		/* growing past what the reservation asked for: stay within the capacity */
+		uint64_t room = buf_round(off + len);
+		int rc = make_room(posix_of(th->tier), room - h->room);
+
+		if (rc)
+			return rc;
+		h->room = room;
+	}
+	n = pwrite_full(h->fd, buf, len, h->payload + off);
+	if ((n == -ENOSPC || n == -EDQUOT) &&
+	    make_room(posix_of(th->tier), buf_round(len) + (64u << 20)) == 0)
+		n = pwrite_full(h->fd, buf, len, h->payload + off); /* the filesystem filled up */
 	if (n < 0)
 		return io_error((int)n);
 	counter_add(&posix_of(th->tier)->bytes_written, (uint64_t)n);
@@ -835,8 +957,10 @@ static int posix_touch(struct tier *t, const struct blockid *id)
 
 	pthread_mutex_lock(&p->lock);
 	n = idmap_find(&p->map, id);
-	if (n)
+	if (n) {
 		PE(n)->atime = wall_ns();
+		lru_touch(p, PE(n));
+	}
 	pthread_mutex_unlock(&p->lock);
 	return n ? 0 : -ENOENT;
 }
@@ -941,6 +1065,22 @@ static int posix_list_shard(struct tier *t, unsigned shard, tier_list_fn fn, voi
 	return 0;
 }
 
+/* Capacity in physical bytes given `used`: disk_size, or until the filesystem has 5% free. */
+static uint64_t capacity_now(struct posix *p, uint64_t used)
+{
+	struct statvfs sv;
+	uint64_t total, avail, reserve;
+
+	if (p->capacity)
+		return p->capacity;
+	if (statvfs(p->data, &sv))
+		return UINT64_MAX;
+	total = (uint64_t)sv.f_blocks * sv.f_frsize;
+	avail = (uint64_t)sv.f_bavail * sv.f_frsize;
+	reserve = total / 20;
+	return used + (avail > reserve ? avail - reserve : 0);
+}
+
 static int posix_usage(struct tier *t, struct tier_usage *u)
 {
 	struct posix *p = posix_of(t);
@@ -953,14 +1093,7 @@ static int posix_usage(struct tier *t, struct tier_usage *u)
 	if (statvfs(p->data, &sv))
 		memset(&sv, 0, sizeof(sv));
 	u->fs_free = (uint64_t)sv.f_bavail * sv.f_frsize;
-	if (p->capacity) {
-		u->capacity = p->capacity;
-	} else {
-		/* until the filesystem has 5% free */
-		uint64_t total = (uint64_t)sv.f_blocks * sv.f_frsize, reserve = total / 20;
-
-		u->capacity = u->used + (u->fs_free > reserve ? u->fs_free - reserve : 0);
-	}
+	u->capacity = capacity_now(p, u->used);
 	return 0;
 }
 
@@ -1011,6 +1144,8 @@ static void posix_metrics(struct tier *t, struct metrics *m)
 			counter_get(&p->bytes_read));
 	metrics_counter(m, "ucmfs_tier_expirations_total", "Blocks removed at their TTL.", l,
 			counter_get(&p->expirations));
+	metrics_counter(m, "ucmfs_tier_evictions_total", "Blocks evicted to make room.", l,
+			counter_get(&p->evictions));
 	metrics_gauge(m, "ucmfs_tier_blocks", "Committed blocks resident in the tier.", l,
 		      (double)u.blocks);
 	metrics_gauge(m, "ucmfs_tier_bytes", "Bytes the tier holds.", l, (double)u.used);
@@ -1249,6 +1384,7 @@ int posix_create(const struct posix_config *cfg, struct tier **out)
 	p->lock_fd = -1;
 	pthread_mutex_init(&p->lock, NULL);
 	idmap_init(&p->map);
+	p->lru.next = p->lru.prev = &p->lru;
 	p->layout = cfg->layout;
 	p->durable = cfg->durable;
 	p->capacity = cfg->capacity;
