@@ -39,7 +39,7 @@ static struct timespec ns_to_ts(int64_t ns)
 static void block_stat_common(struct ucmfs *fs, struct inode *ino, struct stat *st)
 {
 	memset(st, 0, sizeof(*st));
-	st->st_ino = ino->st_ino;
+	st->st_ino = ino ? ino->st_ino : 0;
 	st->st_mode = S_IFREG | 0644;
 	st->st_nlink = 1;
 	st->st_uid = fs->uid;
@@ -47,25 +47,43 @@ static void block_stat_common(struct ucmfs *fs, struct inode *ino, struct stat *
 	st->st_blksize = 1 << 20;
 }
 
-int fs_block_stat(struct ucmfs *fs, struct inode *ino, struct stat *st)
+static void attr_to_stat(struct ucmfs *fs, struct inode *ino, const struct block_attr *a,
+			 struct stat *st)
+{
+	block_stat_common(fs, ino, st);
+	st->st_size = (off_t)a->size;
+	st->st_blocks = (blkcnt_t)((a->stored + 511) / 512);
+	st->st_mtim = ns_to_ts(a->mtime);
+	st->st_ctim = st->st_mtim;
+	st->st_atim = ns_to_ts(a->atime ? a->atime : a->mtime);
+}
+
+int fs_block_stat(struct ucmfs *fs, struct inode *ino, struct fh *fh, struct stat *st)
 {
 	struct block_attr a;
 	uint64_t size;
 
-	block_stat_common(fs, ino, st);
-	if (fs->pipe->ops->lookup(fs->pipe, &ino->node.id, &a) == 0) {
-		st->st_size = (off_t)a.size;
-		st->st_blocks = (blkcnt_t)((a.stored + 511) / 512);
-		st->st_mtim = ns_to_ts(a.mtime);
-		st->st_ctim = st->st_mtim;
-		st->st_atim = ns_to_ts(a.atime ? a.atime : a.mtime);
+	if (fh && fh->kind == FH_READ && fs->pipe->ops->stat(fh->h, &a) == 0) {
+		/* the version this descriptor reads, even if it was replaced or unlinked */
+		attr_to_stat(fs, ino, &a, st);
+		return 0;
+	}
+	if (fs->pipe->ops->lookup(fs->pipe, &ino->node.id, &a) == 0 &&
+	    (!ino->version || ino->version == a.mtime)) {
+		attr_to_stat(fs, ino, &a, st);
 		return 0;
 	}
 	if (itable_resv_size(fs->itab, ino, &size) == 0) {
 		/* only a reservation: what its writers see with fstat() */
+		block_stat_common(fs, ino, st);
 		st->st_size = (off_t)size;
 		clock_gettime(CLOCK_REALTIME, &st->st_mtim);
 		st->st_atim = st->st_ctim = st->st_mtim;
+		return 0;
+	}
+	if (itable_snapshot(fs->itab, ino, st) == 0) {
+		/* a version that was replaced or removed: its attributes, with no name left */
+		st->st_nlink = 0;
 		return 0;
 	}
 	return -ENOENT;
@@ -134,17 +152,14 @@ static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 		fuse_reply_err(req, ENOENT);
 		return;
 	}
-	ino = itable_get(fs->itab, &id, 1);
+	block_stat_common(fs, NULL, &st);
+	attr_to_stat(fs, NULL, &a, &st);
+	ino = itable_get_version(fs->itab, &id, a.mtime, &st, true);
 	if (!ino) {
 		fuse_reply_err(req, ENOMEM);
 		return;
 	}
-	rc = fs_block_stat(fs, ino, &st);
-	if (rc) {
-		itable_forget(fs->itab, ino, 1);
-		fuse_reply_err(req, -rc);
-		return;
-	}
+	st.st_ino = ino->st_ino;
 	reply_entry(req, ino, &st);
 }
 
@@ -176,7 +191,7 @@ static void op_getattr(fuse_req_t req, fuse_ino_t nid, struct fuse_file_info *fi
 	int rc;
 
 	if (is_block(nid))
-		rc = fs_block_stat(fs, inode_of(nid), &st);
+		rc = fs_block_stat(fs, inode_of(nid), fi ? fh_of(fi) : NULL, &st);
 	else if (is_query(nid))
 		rc = query_getattr(fs, nid, &st);
 	else
@@ -232,7 +247,7 @@ static void op_setattr(fuse_req_t req, fuse_ino_t nid, struct stat *attr, int to
 		if (fh && fh->kind == FH_WRITE)
 			rc = declare_size(fs, fh, (uint64_t)attr->st_size);
 		else
-			rc = fs_block_stat(fs, inode_of(nid), &st) ? -ENOENT : -EPERM;
+			rc = fs_block_stat(fs, inode_of(nid), fh, &st) ? -ENOENT : -EPERM;
 		if (rc) {
 			fuse_reply_err(req, -rc);
 			return;
@@ -243,7 +258,7 @@ static void op_setattr(fuse_req_t req, fuse_ino_t nid, struct stat *attr, int to
 		/* touch: refresh recency (a reservation has none yet) */
 		fs->pipe->ops->touch(fs->pipe, &inode_of(nid)->node.id);
 	}
-	rc = fs_block_stat(fs, inode_of(nid), &st);
+	rc = fs_block_stat(fs, inode_of(nid), fh, &st);
 	if (rc)
 		fuse_reply_err(req, -rc);
 	else
@@ -295,6 +310,16 @@ static int open_block(struct ucmfs *fs, struct inode *ino, int flags, struct fh 
 		return -ENOMEM;
 	if (fh->kind == FH_READ) {
 		rc = fs->pipe->ops->open(fs->pipe, &ino->node.id, 0, &fh->h);
+		if (rc == 0 && fs->pipe->ops->stat(fh->h, &a) == 0) {
+			struct stat st;
+
+			attr_to_stat(fs, ino, &a, &st);
+			if (!itable_bind(fs->itab, ino, a.mtime, &st)) {
+				/* this node id shows an older version: the kernel looks up again */
+				tier_close(fh->h);
+				rc = -ESTALE;
+			}
+		}
 	} else {
 		if (flags & O_EXCL)
 			rf |= TIER_RESERVE_EXCL;
@@ -327,11 +352,8 @@ static void op_open(fuse_req_t req, fuse_ino_t nid, struct fuse_file_info *fi)
 	} else if (!is_block(nid)) {
 		rc = ctl_open(fs, nid, fi, &fh);
 	} else {
-		ino = itable_get(fs->itab, &inode_of(nid)->node.id, 0);
-		if (!ino) {
-			fuse_reply_err(req, ENOMEM);
-			return;
-		}
+		ino = inode_of(nid);
+		itable_ref(fs->itab, ino, false);
 		rc = open_block(fs, ino, fi->flags, &fh);
 		if (rc)
 			itable_put(fs->itab, ino);
@@ -341,10 +363,13 @@ static void op_open(fuse_req_t req, fuse_ino_t nid, struct fuse_file_info *fi)
 		return;
 	}
 	fi->fh = (uintptr_t)fh;
-	fi->keep_cache = 0;
+	/* a node id shows one immutable version: its cached pages stay valid across opens */
+	fi->keep_cache = fh->kind == FH_READ;
 	fi->noflush = fh->kind != FH_WRITE; /* only a writer's close commits anything */
-	if (fh->kind == FH_QUERY)
-		fi->direct_io = 1; /* its contents change under other descriptors */
+	/* writes go straight to the reservation, never into the page cache of a version that
+	 * readers may hold; a query file's contents change under other descriptors */
+	if (fh->kind == FH_WRITE || fh->kind == FH_QUERY)
+		fi->direct_io = 1;
 	if (fh->kind == FH_READ)
 		counter_add(&fs->opens, 1);
 	if (fuse_reply_open(req, fi) == -ENOENT) {
@@ -394,7 +419,9 @@ static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_
 		fuse_reply_err(req, EINVAL);
 		return;
 	}
-	ino = itable_get(fs->itab, &id, 0);
+	if (fs->pipe->ops->lookup(fs->pipe, &id, NULL))
+		itable_detach(fs->itab, &id); /* a new block: never the node id of a gone one */
+	ino = itable_get(fs->itab, &id, false);
 	if (!ino) {
 		fuse_reply_err(req, ENOMEM);
 		return;
@@ -406,13 +433,14 @@ static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_
 		return;
 	}
 	/* the kernel now holds a lookup on the inode as well */
-	itable_get(fs->itab, &id, 1);
+	itable_ref(fs->itab, ino, true);
 	memset(&e, 0, sizeof(e));
 	e.ino = (fuse_ino_t)(uintptr_t)ino;
 	e.generation = 1;
-	fs_block_stat(fs, ino, &e.attr);
+	fs_block_stat(fs, ino, fh, &e.attr);
 	fi->fh = (uintptr_t)fh;
 	fi->keep_cache = 0;
+	fi->direct_io = 1;
 	if (fuse_reply_create(req, &e, fi) == -ENOENT) {
 		if (fh->h)
 			fs->pipe->ops->abort(fh->h);
@@ -421,17 +449,39 @@ static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_
 	}
 }
 
+/* Remember that the process `owner` wrote through fh (fh->lock held). */
+static void add_owner(struct fh *fh, uint64_t owner)
+{
+	for (unsigned i = 0; i < fh->nowners && i < 8; i++)
+		if (fh->owners[i] == owner)
+			return;
+	if (fh->nowners < 8)
+		fh->owners[fh->nowners] = owner;
+	fh->nowners++;
+}
+
+/* Does a close by `owner` commit? Only a process that wrote, once anyone has written. */
+static bool owner_commits(struct fh *fh, uint64_t owner)
+{
+	if (fh->nowners == 0 || fh->nowners > 8 || owner == 0)
+		return true;
+	for (unsigned i = 0; i < fh->nowners; i++)
+		if (fh->owners[i] == owner)
+			return true;
+	return false;
+}
+
 /*
  * Commit a writer's reservation. A complete block is published (by the last writer) and the
  * handle is given up; an incomplete one fails -EIO and, unless `final`, stays open so that a
  * duplicate of the descriptor can go on writing (the shell's `> file` closes one early).
  */
-static int commit_writer(struct ucmfs *fs, struct fh *fh, bool final)
+static int commit_writer(struct ucmfs *fs, struct fh *fh, bool final, uint64_t owner)
 {
 	int rc = 0;
 
 	pthread_mutex_lock(&fh->lock);
-	if (fh->h) {
+	if (fh->h && (final || owner_commits(fh, owner))) {
 		rc = fs->pipe->ops->commit(fh->h, NULL, final ? 0 : TIER_COMMIT_TRY, NULL);
 		if (rc == 0 || final || rc != -EIO)
 			fh->h = NULL;
@@ -445,8 +495,9 @@ static void op_flush(fuse_req_t req, fuse_ino_t nid, struct fuse_file_info *fi)
 	struct fh *fh = fh_of(fi);
 	int rc = 0;
 
+	/* a child that inherited the descriptor and never wrote does not commit for its parent */
 	if (fh->kind == FH_WRITE)
-		rc = commit_writer(fs_of(req), fh, false);
+		rc = commit_writer(fs_of(req), fh, false, fi->lock_owner);
 	fuse_reply_err(req, -rc);
 }
 
@@ -463,7 +514,7 @@ static void op_release(fuse_req_t req, fuse_ino_t nid, struct fuse_file_info *fi
 	if (fh->kind == FH_READ)
 		tier_close(fh->h);
 	else if (fh->kind == FH_WRITE)
-		commit_writer(fs, fh, true);
+		commit_writer(fs, fh, true, 0);
 	fh_free(fs, fh);
 	fuse_reply_err(req, 0);
 }
@@ -591,6 +642,8 @@ static void op_write(fuse_req_t req, fuse_ino_t nid, const char *buf, size_t siz
 		rc = fs->pipe->ops->reserve(fs->pipe, &fh->inode->node.id, 0, 0, &fh->h);
 	}
 	n = rc ? rc : fs->pipe->ops->write(fh->h, buf, size, (uint64_t)off);
+	if (n > 0 && fi->lock_owner)
+		add_owner(fh, fi->lock_owner);
 	pthread_mutex_unlock(&fh->lock);
 	if (n < 0) {
 		fuse_reply_err(req, (int)-n);
@@ -643,6 +696,8 @@ static void op_unlink(fuse_req_t req, fuse_ino_t parent, const char *name)
 		return;
 	}
 	rc = fs->pipe->ops->remove(fs->pipe, &id);
+	if (rc == 0)
+		itable_detach(fs->itab, &id); /* open readers keep theirs; a new block gets another */
 	fuse_reply_err(req, -rc);
 }
 

@@ -43,6 +43,10 @@ struct fh {
 	size_t len;
 	struct dircursor *dir;           /* FH_DIR */
 	struct qfile *q;                 /* FH_QUERY */
+	/* FH_WRITE: the processes (lock owners) that wrote through this open file; a close by
+	 * another one (a child that inherited the descriptor) does not commit. fh->lock. */
+	uint64_t owners[8];
+	unsigned nowners;                /* > 8: any close commits */
 };
 
 static inline struct ucmfs *fs_of(fuse_req_t req)
@@ -77,8 +81,9 @@ static inline struct inode *inode_of(fuse_ino_t nid)
 	return (struct inode *)(uintptr_t)nid;
 }
 
-/* Attributes of a committed block (or of a reservation with writers). 0 or -ENOENT. */
-int fs_block_stat(struct ucmfs *fs, struct inode *ino, struct stat *st);
+/* Attributes of the version ino shows (or of a reservation with writers); fh, if not NULL, is
+ * an open file of ino. 0 or -ENOENT. */
+int fs_block_stat(struct ucmfs *fs, struct inode *ino, struct fh *fh, struct stat *st);
 
 /* fs/ctl.c: the fixed files under /.ucm */
 int ctl_lookup(struct ucmfs *fs, fuse_ino_t parent, const char *name, struct fuse_entry_param *e);

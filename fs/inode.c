@@ -6,7 +6,8 @@
 
 struct itable {
 	pthread_mutex_t lock;
-	struct idmap map; /* protected by lock */
+	struct idmap map; /* current inodes; protected by lock */
+	struct inode all; /* list of every inode, current or detached; protected by lock */
 };
 
 #define INODE(n) ((struct inode *)((char *)(n) - offsetof(struct inode, node)))
@@ -19,65 +20,151 @@ int itable_create(struct itable **out)
 		return -ENOMEM;
 	pthread_mutex_init(&t->lock, NULL);
 	idmap_init(&t->map);
+	t->all.next = t->all.prev = &t->all;
 	*out = t;
 	return 0;
-}
-
-static void free_inode(struct idnode *n, void *arg)
-{
-	idmap_remove(arg, n);
-	free(INODE(n));
 }
 
 void itable_destroy(struct itable *t)
 {
 	if (!t)
 		return;
-	idmap_foreach_safe(&t->map, free_inode, &t->map);
+	/* the session is over: whatever the kernel still held goes too */
+	while (t->all.next != &t->all) {
+		struct inode *ino = t->all.next;
+
+		t->all.next = ino->next;
+		free(ino);
+	}
 	idmap_destroy(&t->map);
 	pthread_mutex_destroy(&t->lock);
 	free(t);
 }
 
-struct inode *itable_get(struct itable *t, const struct blockid *id, int kernel)
+static void take(struct inode *ino, bool kernel)
 {
-	struct idnode *n;
-	struct inode *ino;
-
-	pthread_mutex_lock(&t->lock);
-	n = idmap_find(&t->map, id);
-	if (n) {
-		ino = INODE(n);
-	} else {
-		ino = calloc(1, sizeof(*ino));
-		if (ino) {
-			ino->kind = NODE_BLOCK;
-			ino->node.id = *id;
-			/* stable across mounts; never one of the fixed node numbers */
-			ino->st_ino = (blockid_hash(id) >> 1) | NID_FIRST_BLOCK;
-			if (idmap_insert(&t->map, &ino->node)) {
-				free(ino);
-				ino = NULL;
-			}
-		}
-	}
-	if (ino) {
-		if (kernel)
-			ino->nlookup++;
-		else
-			ino->refs++;
-	}
-	pthread_mutex_unlock(&t->lock);
-	return ino;
+	if (kernel)
+		ino->nlookup++;
+	else
+		ino->refs++;
 }
 
 /* Free ino if nothing refers to it any more; t->lock held. */
 static void maybe_free(struct itable *t, struct inode *ino)
 {
 	if (ino->nlookup == 0 && ino->refs == 0) {
-		idmap_remove(&t->map, &ino->node);
+		if (ino->current)
+			idmap_remove(&t->map, &ino->node);
+		ino->prev->next = ino->next;
+		ino->next->prev = ino->prev;
 		free(ino);
 	}
+}
+
+static void detach_locked(struct itable *t, struct inode *ino)
+{
+	if (ino->current) {
+		idmap_remove(&t->map, &ino->node);
+		ino->current = false;
+	}
+}
+
+/* The current inode of id, made if needed; t->lock held. */
+static struct inode *current_locked(struct itable *t, const struct blockid *id)
+{
+	struct idnode *n = idmap_find(&t->map, id);
+	struct inode *ino;
+
+	if (n)
+		return INODE(n);
+	ino = calloc(1, sizeof(*ino));
+	if (!ino)
+		return NULL;
+	ino->kind = NODE_BLOCK;
+	ino->node.id = *id;
+	/* stable across versions and mounts; never one of the fixed node numbers */
+	ino->st_ino = (blockid_hash(id) >> 1) | NID_FIRST_BLOCK;
+	if (idmap_insert(&t->map, &ino->node)) {
+		free(ino);
+		return NULL;
+	}
+	ino->current = true;
+	ino->next = &t->all;
+	ino->prev = t->all.prev;
+	t->all.prev->next = ino;
+	t->all.prev = ino;
+	return ino;
+}
+
+struct inode *itable_get(struct itable *t, const struct blockid *id, bool kernel)
+{
+	struct inode *ino;
+
+	pthread_mutex_lock(&t->lock);
+	ino = current_locked(t, id);
+	if (ino)
+		take(ino, kernel);
+	pthread_mutex_unlock(&t->lock);
+	return ino;
+}
+
+struct inode *itable_get_version(struct itable *t, const struct blockid *id, int64_t version,
+				 const struct stat *st, bool kernel)
+{
+	struct inode *ino;
+
+	pthread_mutex_lock(&t->lock);
+	ino = current_locked(t, id);
+	if (ino && ino->version && ino->version != version) {
+		detach_locked(t, ino);
+		maybe_free(t, ino);
+		ino = current_locked(t, id);
+	}
+	if (ino) {
+		if (!ino->version)
+			ino->version = version;
+		if (ino->version == version)
+			ino->snap = *st;
+		take(ino, kernel);
+	}
+	pthread_mutex_unlock(&t->lock);
+	return ino;
+}
+
+bool itable_bind(struct itable *t, struct inode *ino, int64_t version, const struct stat *st)
+{
+	bool ok;
+
+	pthread_mutex_lock(&t->lock);
+	if (!ino->version) {
+		ino->version = version;
+		ino->snap = *st;
+	}
+	ok = ino->version == version;
+	pthread_mutex_unlock(&t->lock);
+	return ok;
+}
+
+void itable_detach(struct itable *t, const struct blockid *id)
+{
+	struct idnode *n;
+
+	pthread_mutex_lock(&t->lock);
+	n = idmap_find(&t->map, id);
+	if (n) {
+		struct inode *ino = INODE(n);
+
+		detach_locked(t, ino);
+		maybe_free(t, ino);
+	}
+	pthread_mutex_unlock(&t->lock);
+}
+
+void itable_ref(struct itable *t, struct inode *ino, bool kernel)
+{
+	pthread_mutex_lock(&t->lock);
+	take(ino, kernel);
+	pthread_mutex_unlock(&t->lock);
 }
 
 void itable_forget(struct itable *t, struct inode *ino, uint64_t n)
@@ -133,6 +220,19 @@ int itable_resv_size(struct itable *t, struct inode *ino, uint64_t *size)
 	pthread_mutex_lock(&t->lock);
 	if (ino->writers) {
 		*size = ino->resv_size;
+		rc = 0;
+	}
+	pthread_mutex_unlock(&t->lock);
+	return rc;
+}
+
+int itable_snapshot(struct itable *t, struct inode *ino, struct stat *st)
+{
+	int rc = -ENOENT;
+
+	pthread_mutex_lock(&t->lock);
+	if (ino->version) {
+		*st = ino->snap;
 		rc = 0;
 	}
 	pthread_mutex_unlock(&t->lock);

@@ -1,14 +1,22 @@
 /*
  * Inode table: the kernel's node ids for blocks.
  *
- * A block's node id is the address of its `struct inode`, which lives while the kernel
- * holds lookups on it (nlookup) or the daemon holds references (open handles). The small
- * node ids below NID_FIRST_BLOCK name the fixed files of the namespace.
+ * A node id shows one version of a block: the first lookup after a commit binds the id's
+ * current inode to that version (its commit time), and a lookup that finds a newer version
+ * detaches the old inode and makes a new one. So the kernel never mixes the cached pages of
+ * two versions: readers of the old version keep their node id (and its page cache) until
+ * they close, new opens get the new one. An unlink detaches the inode too.
+ *
+ * A block's node id is the address of its `struct inode`, which lives while the kernel holds
+ * lookups on it (nlookup) or the daemon holds references (open handles). The small node ids
+ * below NID_FIRST_BLOCK name the fixed files of the namespace.
  */
 #ifndef UCM_FS_INODE_H
 #define UCM_FS_INODE_H
 
+#include <stdbool.h>
 #include <stdint.h>
+#include <sys/stat.h>
 
 #include "src/blockid.h"
 #include "src/idmap.h"
@@ -27,12 +35,16 @@ enum node_kind { NODE_BLOCK = 1, NODE_QUERY = 2 };
 
 struct inode {
 	uint8_t kind;           /* NODE_BLOCK */
-	struct idnode node;     /* by id, in the table */
+	struct idnode node;     /* node.id; in the table while current */
+	struct inode *prev, *next; /* every inode, for freeing at the end; table lock */
+	bool current;           /* the id's inode for new lookups; protected by the table lock */
 	uint64_t nlookup;       /* kernel references; protected by the table lock */
 	uint64_t refs;          /* daemon references; protected by the table lock */
 	uint64_t st_ino;        /* stable inode number shown to users */
 	uint32_t writers;       /* open write handles; protected by the table lock */
 	uint64_t resv_size;     /* size of the reservation they share; protected by the lock */
+	int64_t version;        /* commit time of the version shown, 0 if not bound yet */
+	struct stat snap;       /* that version's attributes, for after it is gone */
 };
 
 struct itable;
@@ -40,12 +52,25 @@ struct itable;
 int itable_create(struct itable **out);
 void itable_destroy(struct itable *t);
 
-/* The inode of id, created if needed, with one more kernel lookup (nlookup) if `kernel`,
- * else one more daemon reference. NULL on ENOMEM. */
-struct inode *itable_get(struct itable *t, const struct blockid *id, int kernel);
-/* Drop n kernel lookups. */
+/* The id's current inode, created (unbound) if there is none, with one more kernel lookup if
+ * `kernel`, else one more daemon reference. NULL on ENOMEM. */
+struct inode *itable_get(struct itable *t, const struct blockid *id, bool kernel);
+
+/* Like itable_get(), for the committed version `version` with attributes st: an inode bound
+ * to another version is detached first; an unbound one is bound. */
+struct inode *itable_get_version(struct itable *t, const struct blockid *id, int64_t version,
+				 const struct stat *st, bool kernel);
+
+/* Bind ino to `version` if it is not bound yet. Returns true if ino shows that version. */
+bool itable_bind(struct itable *t, struct inode *ino, int64_t version, const struct stat *st);
+
+/* Make the id's current inode non-current (unlink, or a version that is gone). */
+void itable_detach(struct itable *t, const struct blockid *id);
+
+/* One more kernel lookup (kernel) or daemon reference on ino. */
+void itable_ref(struct itable *t, struct inode *ino, bool kernel);
+/* Drop n kernel lookups / one daemon reference. */
 void itable_forget(struct itable *t, struct inode *ino, uint64_t n);
-/* Drop a daemon reference. */
 void itable_put(struct itable *t, struct inode *ino);
 
 /* Writers: the attributes of a block that exists only as a reservation. */
@@ -56,5 +81,7 @@ void itable_resv_grow(struct itable *t, struct inode *ino, uint64_t end);
 void itable_resv_set(struct itable *t, struct inode *ino, uint64_t size);
 /* The reservation's size if ino has open writers: 0 and *size set, else -ENOENT. */
 int itable_resv_size(struct itable *t, struct inode *ino, uint64_t *size);
+/* The bound version's attributes: 0 and *st set, or -ENOENT if ino was never bound. */
+int itable_snapshot(struct itable *t, struct inode *ino, struct stat *st);
 
 #endif

@@ -37,7 +37,8 @@ enum { PREFETCH_NONE, PREFETCH_PENDING, PREFETCH_DONE };
 
 struct qfile {
 	uint8_t kind;            /* NODE_QUERY: first, like struct inode */
-	struct qfile *next;      /* in qd->head while listed */
+	struct qfile *next;      /* in qd->head while listed, then in qd->zombies */
+	struct qfile *zprev;     /* in qd->zombies: the previous one (NULL at its head) */
 	char name[QUERY_NAME_MAX + 1];
 	uid_t uid;
 	gid_t gid;
@@ -54,6 +55,7 @@ struct qdir {
 	pthread_mutex_t lock;
 	pthread_cond_t idle;     /* prefetches == 0 */
 	struct qfile *head;
+	struct qfile *zombies;   /* unlinked but still referenced (freed at the end if left) */
 	unsigned count;
 	unsigned prefetches;     /* threads running */
 	uint64_t next_ino;
@@ -99,17 +101,30 @@ void query_shutdown(struct ucmfs *fs)
 		qd->head = q->next;
 		qf_free(q);
 	}
+	while (qd->zombies) {
+		struct qfile *q = qd->zombies;
+
+		qd->zombies = q->next;
+		qf_free(q);
+	}
 	pthread_cond_destroy(&qd->idle);
 	pthread_mutex_destroy(&qd->lock);
 	free(qd);
 	fs->queries = NULL;
 }
 
-/* Free q if nothing refers to it; qd->lock held. */
-static void qf_maybe_free(struct qfile *q)
+/* Free q if it is unlisted and nothing refers to it; qd->lock held. */
+static void qf_maybe_free(struct qdir *qd, struct qfile *q)
 {
-	if (!q->listed && q->nlookup == 0 && q->opens == 0)
-		qf_free(q);
+	if (q->listed || q->nlookup || q->opens)
+		return;
+	if (q->zprev)
+		q->zprev->next = q->next;
+	else
+		qd->zombies = q->next;
+	if (q->next)
+		q->next->zprev = q->zprev;
+	qf_free(q);
 }
 
 static struct qfile *find(struct qdir *qd, const char *name)
@@ -252,7 +267,7 @@ void query_forget(struct ucmfs *fs, fuse_ino_t nid, uint64_t n)
 
 	pthread_mutex_lock(&qd->lock);
 	q->nlookup = n > q->nlookup ? 0 : q->nlookup - n;
-	qf_maybe_free(q);
+	qf_maybe_free(qd, q);
 	pthread_mutex_unlock(&qd->lock);
 }
 
@@ -262,7 +277,7 @@ void query_release(struct ucmfs *fs, struct fh *fh)
 
 	pthread_mutex_lock(&qd->lock);
 	fh->q->opens--;
-	qf_maybe_free(fh->q);
+	qf_maybe_free(qd, fh->q);
 	pthread_mutex_unlock(&qd->lock);
 	pthread_mutex_destroy(&fh->lock);
 	free(fh);
@@ -372,7 +387,13 @@ int query_unlink(struct ucmfs *fs, const char *name)
 			*pp = q->next;
 			q->listed = false;
 			qd->count--;
-			qf_maybe_free(q);
+			/* onto the zombie list until the last reference goes */
+			q->zprev = NULL;
+			q->next = qd->zombies;
+			if (qd->zombies)
+				qd->zombies->zprev = q;
+			qd->zombies = q;
+			qf_maybe_free(qd, q);
 			break;
 		}
 	}
@@ -557,7 +578,7 @@ static void *prefetch_thread(void *arg)
 	pthread_mutex_lock(&qd->lock);
 	j->q->prefetch = PREFETCH_DONE;
 	j->q->opens--;
-	qf_maybe_free(j->q);
+	qf_maybe_free(qd, j->q);
 	if (--qd->prefetches == 0)
 		pthread_cond_broadcast(&qd->idle);
 	pthread_mutex_unlock(&qd->lock);

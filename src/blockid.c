@@ -55,5 +55,6 @@ static int cmp_ids(const void *a, const void *b)
 
 void blockid_sort(struct blockid *ids, size_t n)
 {
-	qsort(ids, n, sizeof(*ids), cmp_ids);
+	if (n > 1)
+		qsort(ids, n, sizeof(*ids), cmp_ids);
 }

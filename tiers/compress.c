@@ -83,6 +83,7 @@ struct crh { /* read handle */
 	struct block_layout lay;
 	uint64_t size;           /* raw size */
 	uint64_t *soff;          /* stored offset of each chunk */
+	pthread_mutex_t lock;    /* reads may run in parallel: protects dec and dec_chunk */
 	char *dec;               /* the last chunk decoded for a partial read */
 	uint32_t dec_chunk;
 };
@@ -390,7 +391,7 @@ static int c_commit(struct tier_handle *th, const struct block_meta *meta, unsig
 		return rc;
 	}
 	lay.codec = w->all_raw ? CODEC_RAW : w->codec;
-	lay.chunk_size = w->chunk_size;
+	lay.chunk_size = w->ntab ? w->chunk_size : 0; /* an empty block has no chunks */
 	lay.nchunks = w->ntab;
 	lay.stored = w->stored;
 	lay.chunk = w->tab;
@@ -427,6 +428,7 @@ static int c_open(struct tier *t, const struct blockid *id, unsigned flags,
 		free(h);
 		return rc;
 	}
+	pthread_mutex_init(&h->lock, NULL);
 	c->below->ops->stat(h->lh, &a);
 	h->size = a.size;
 	memset(&h->lay, 0, sizeof(h->lay));
@@ -436,6 +438,7 @@ static int c_open(struct tier *t, const struct blockid *id, unsigned flags,
 		h->soff = malloc((h->lay.nchunks + 1) * sizeof(*h->soff));
 		if (!h->soff) {
 			tier_close(h->lh);
+			pthread_mutex_destroy(&h->lock);
 			free(h);
 			return -ENOMEM;
 		}
@@ -503,16 +506,22 @@ static ssize_t c_read(struct tier_handle *th, void *buf, size_t len, uint64_t of
 				return rc;
 			continue;
 		}
+		pthread_mutex_lock(&h->lock);
+		rc = 0;
 		if (h->dec_chunk != i) {
 			if (!h->dec && !(h->dec = malloc(cs)))
-				return -ENOMEM;
+				rc = -ENOMEM;
 			h->dec_chunk = UINT32_MAX;
-			rc = decode_chunk(c, h, (uint32_t)i, h->dec, re - rs);
-			if (rc)
-				return rc;
-			h->dec_chunk = (uint32_t)i;
+			if (rc == 0)
+				rc = decode_chunk(c, h, (uint32_t)i, h->dec, re - rs);
+			if (rc == 0)
+				h->dec_chunk = (uint32_t)i;
 		}
-		memcpy(out + (a - off), h->dec + (a - rs), b - a);
+		if (rc == 0)
+			memcpy(out + (a - off), h->dec + (a - rs), b - a);
+		pthread_mutex_unlock(&h->lock);
+		if (rc)
+			return rc;
 	}
 	return (ssize_t)len;
 }
@@ -532,6 +541,7 @@ static void c_close(struct tier_handle *th)
 	struct crh *h = (struct crh *)th;
 
 	tier_close(h->lh);
+	pthread_mutex_destroy(&h->lock);
 	free(h->soff);
 	free(h->dec);
 	free(h);

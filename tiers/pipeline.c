@@ -114,6 +114,7 @@ struct pipeline {
 	atomic_uint_fast64_t commits_ok, commits_incomplete, commits_failed;
 	atomic_uint_fast64_t dumps, dump_errors, loads, load_errors, spills, streamed;
 	struct histogram load_hist, dump_hist;
+	_Atomic int64_t last_commit; /* see commit_time() */
 };
 
 #define SESSION(n) ((struct session *)((char *)(n) - offsetof(struct session, node)))
@@ -567,13 +568,24 @@ static bool complete(const struct pipeline *p, const struct session *s, uint64_t
 static int dump(struct pipeline *p, struct tier_handle *rd, const struct blockid *id,
 		uint64_t version, unsigned flags);
 
+/* The commit time of a new version: the wall clock, but strictly increasing, so that the
+ * commit time also tells versions of one id apart (it survives a trip through disk). */
+static int64_t commit_time(struct pipeline *p)
+{
+	int64_t now = wall_ns(), last = atomic_load(&p->last_commit);
+
+	while (!atomic_compare_exchange_weak(&p->last_commit, &last, now > last ? now : last + 1))
+		;
+	return now > last ? now : last + 1;
+}
+
 static void enqueue_dump(struct pipeline *p, struct tier_handle *rd, const struct blockid *id,
 			 uint64_t version);
 
 /* Publish a complete session (locked, no writer left). */
 static int publish(struct pipeline *p, struct session *s, uint64_t size)
 {
-	struct block_meta m = { .size = size, .mtime = wall_ns(),
+	struct block_meta m = { .size = size, .mtime = commit_time(p),
 				.deadline = deadline_from_ttl(atomic_load(&s->ttl_ms)) };
 	bool durable = s->durable || p->durable;
 	struct tier_handle *res = s->res, *rd = NULL;

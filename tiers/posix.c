@@ -83,7 +83,7 @@ struct phandle {
 	struct tier_handle base;
 	int fd;
 	bool writing;
-	bool verified;           /* read: the stored bytes matched their checksum */
+	atomic_bool verified;    /* read: the stored bytes matched their checksum */
 	struct blockid id;
 	uint64_t payload;        /* file offset of byte 0 of the block */
 	uint64_t size;           /* logical size (write: max(written end, declared)) */
@@ -91,6 +91,7 @@ struct phandle {
 	bool counted;            /* read: counted in its entry's opens */
 	struct disk_header *hdr; /* read, native layout */
 	uint64_t *coff;          /* read: stored offset of each chunk (nchunks + 1 entries) */
+	pthread_mutex_t lock;    /* read: reads may run in parallel; protects cbuf, verified */
 	char *cbuf;              /* read: the last chunk checked whole, for partial reads */
 	uint32_t cbuf_chunk;     /* which chunk cbuf holds, UINT32_MAX if none */
 	struct tier_chunk *ctab; /* read: the chunk table in tier form */
@@ -348,6 +349,7 @@ static struct phandle *new_handle(struct posix *p, const struct blockid *id)
 	h->id = *id;
 	h->payload = payload_off(p);
 	h->cbuf_chunk = UINT32_MAX;
+	pthread_mutex_init(&h->lock, NULL);
 	return h;
 }
 
@@ -361,6 +363,7 @@ static void free_handle(struct phandle *h)
 	free(h->coff);
 	free(h->cbuf);
 	free(h->ctab);
+	pthread_mutex_destroy(&h->lock);
 	free(h);
 }
 
@@ -565,18 +568,23 @@ static ssize_t read_chunked(struct phandle *h, char *buf, size_t len, uint64_t o
 				return rc;
 			continue;
 		}
+		pthread_mutex_lock(&h->lock);
+		rc = 0;
 		if (h->cbuf_chunk != i) {
-			if (!h->cbuf && !(h->cbuf = malloc(h->hdr->chunk_size > h->hdr->chunk[i].len
-								   ? h->hdr->chunk_size
-								   : h->hdr->chunk[i].len + 1)))
-				return -ENOMEM;
+			/* a stored chunk is never longer than its raw bytes */
+			if (!h->cbuf && !(h->cbuf = malloc(h->hdr->chunk_size)))
+				rc = -ENOMEM;
 			h->cbuf_chunk = UINT32_MAX;
-			rc = read_chunk(h, i, h->cbuf);
-			if (rc)
-				return rc;
-			h->cbuf_chunk = i;
+			if (rc == 0)
+				rc = read_chunk(h, i, h->cbuf);
+			if (rc == 0)
+				h->cbuf_chunk = i;
 		}
-		memcpy(buf + (a - off), h->cbuf + (a - cs), b - a);
+		if (rc == 0)
+			memcpy(buf + (a - off), h->cbuf + (a - cs), b - a);
+		pthread_mutex_unlock(&h->lock);
+		if (rc)
+			return rc;
 	}
 	return (ssize_t)len;
 }
@@ -596,7 +604,9 @@ static ssize_t posix_read(struct tier_handle *th, void *buf, size_t len, uint64_
 	if (h->coff)
 		return read_chunked(h, buf, len, off);
 	if (!h->verified && !(off == 0 && len == h->size)) {
+		pthread_mutex_lock(&h->lock);
 		rc = verify_whole(h);
+		pthread_mutex_unlock(&h->lock);
 		if (rc)
 			return rc;
 	}

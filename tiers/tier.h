@@ -11,8 +11,9 @@
  *   writing:  reserve -> write ... -> commit|abort (invisible to lookup until commit)
  *
  * A handle (`struct tier_handle *`) is owned by whoever received it and is given back exactly
- * once, by close (read handles) or by commit/abort (write handles). Handles of one tier may be
- * used from any thread, but one handle by one thread at a time.
+ * once, by close (read handles) or by commit/abort (write handles). Handles may be used from
+ * any thread; reads of one read handle may run in parallel (the kernel reads ahead while the
+ * reader reads), every other use of a handle is by one thread at a time.
  *
  * Deadlines (TTL) are CLOCK_MONOTONIC nanoseconds; 0 means "no deadline". An expired block is
  * treated as absent by every op. Stat times are CLOCK_REALTIME nanoseconds.
