@@ -314,11 +314,9 @@ static int open_block(struct ucmfs *fs, struct inode *ino, int flags, struct fh 
 			struct stat st;
 
 			attr_to_stat(fs, ino, &a, &st);
-			if (!itable_bind(fs->itab, ino, a.mtime, &st)) {
-				/* this node id shows an older version: the kernel looks up again */
-				tier_close(fh->h);
-				rc = -ESTALE;
-			}
+			/* a node id bound to an older version (replaced since the lookup) must not
+			 * get this version's pages in its cache: such a reader reads direct */
+			fh->uncached = !itable_bind(fs->itab, ino, a.mtime, &st);
 		}
 	} else {
 		if (flags & O_EXCL)
@@ -364,11 +362,11 @@ static void op_open(fuse_req_t req, fuse_ino_t nid, struct fuse_file_info *fi)
 	}
 	fi->fh = (uintptr_t)fh;
 	/* a node id shows one immutable version: its cached pages stay valid across opens */
-	fi->keep_cache = fh->kind == FH_READ;
+	fi->keep_cache = fh->kind == FH_READ && !fh->uncached;
 	fi->noflush = fh->kind != FH_WRITE; /* only a writer's close commits anything */
 	/* writes go straight to the reservation, never into the page cache of a version that
 	 * readers may hold; a query file's contents change under other descriptors */
-	if (fh->kind == FH_WRITE || fh->kind == FH_QUERY)
+	if (fh->kind == FH_WRITE || fh->kind == FH_QUERY || fh->uncached)
 		fi->direct_io = 1;
 	if (fh->kind == FH_READ)
 		counter_add(&fs->opens, 1);

@@ -38,6 +38,7 @@ struct fh {
 	struct tier_handle *h;           /* FH_READ: pinned version; FH_WRITE: the reservation,
 					    NULL once committed (a later write starts another) */
 	int open_flags;
+	bool uncached;                   /* FH_READ of a newer version than its node id shows */
 	pthread_mutex_t lock;            /* FH_WRITE: serializes h changes */
 	char *text;                      /* FH_CTL: the file's contents at open */
 	size_t len;

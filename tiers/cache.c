@@ -22,7 +22,12 @@
  *   - dirty_bytes == the sum of cap over LIVE dirty cblocks.
  *
  * A dirty block (committed, not yet written to the tier below) is never evicted; a pinned
- * block is never evicted. A reservation that cannot find room waits up to dirty_wait_ms for
+ * block is never evicted. TTLs: an expired block is invisible at once (find_live()); its
+ * space is reclaimed before the policy is asked for a victim, through a min-heap of
+ * (deadline, id) entries. Entries go stale when a block's deadline changes or the block goes;
+ * a popped entry counts only if the id's live block still has exactly that deadline, and the
+ * heap is rebuilt from the map when stale entries outnumber live ones. An expired block that
+ * is pinned is killed by its last close. A reservation that cannot find room waits up to dirty_wait_ms for
  * dirty blocks to become clean before it fails -ENOSPC.
  *
  * Locking: one mutex, c->lock, protects everything above. It is never held across a call
@@ -67,6 +72,11 @@ struct chandle {
 	int kind;
 };
 
+struct deadline_entry {
+	int64_t deadline;
+	struct blockid id;
+};
+
 struct cache {
 	struct tier tier;
 	pthread_mutex_t lock;
@@ -81,6 +91,8 @@ struct cache {
 	uint64_t next_version;         /* protected by lock */
 	uint64_t pins;                 /* open readers of all blocks; protected by lock */
 	uint64_t reservations;         /* RESERVED cblocks; protected by lock */
+	struct deadline_entry *heap;   /* min-heap by deadline; protected by lock */
+	size_t heap_n, heap_cap;
 	unsigned dirty_wait_ms;
 	counter_t hits, misses, evictions, expirations, bytes_in;
 };
@@ -214,6 +226,99 @@ static struct cblock *find_live(struct cache *c, const struct blockid *id, struc
 	return b;
 }
 
+/* --- deadlines: a min-heap of (deadline, id), c->lock held -------------------------------- */
+
+static void heap_swap(struct cache *c, size_t a, size_t b)
+{
+	struct deadline_entry t = c->heap[a];
+
+	c->heap[a] = c->heap[b];
+	c->heap[b] = t;
+}
+
+static void heap_push(struct cache *c, int64_t deadline, const struct blockid *id)
+{
+	size_t i;
+
+	if (c->heap_n == c->heap_cap) {
+		size_t cap = c->heap_cap ? c->heap_cap * 2 : 64;
+		struct deadline_entry *v = realloc(c->heap, cap * sizeof(*v));
+
+		if (!v)
+			return; /* the block still expires (find_live), only later reclaimed */
+		c->heap = v;
+		c->heap_cap = cap;
+	}
+	i = c->heap_n++;
+	c->heap[i].deadline = deadline;
+	c->heap[i].id = *id;
+	while (i && c->heap[(i - 1) / 2].deadline > c->heap[i].deadline) {
+		heap_swap(c, i, (i - 1) / 2);
+		i = (i - 1) / 2;
+	}
+}
+
+static void heap_pop(struct cache *c)
+{
+	size_t i = 0;
+
+	c->heap[0] = c->heap[--c->heap_n];
+	for (;;) {
+		size_t l = 2 * i + 1, r = l + 1, m = i;
+
+		if (l < c->heap_n && c->heap[l].deadline < c->heap[m].deadline)
+			m = l;
+		if (r < c->heap_n && c->heap[r].deadline < c->heap[m].deadline)
+			m = r;
+		if (m == i)
+			break;
+		heap_swap(c, i, m);
+		i = m;
+	}
+}
+
+static void push_live(struct idnode *n, void *arg)
+{
+	struct cblock *b = CB(n);
+
+	if (b->deadline)
+		heap_push(arg, b->deadline, &n->id);
+}
+
+/* Rebuild the heap from the live blocks when stale entries outnumber live ones. */
+static void heap_compact(struct cache *c)
+{
+	if (c->heap_n <= 2 * c->map.count + 64)
+		return;
+	c->heap_n = 0;
+	idmap_foreach_safe(&c->map, push_live, c);
+}
+
+static void set_deadline_locked(struct cache *c, struct cblock *b, int64_t deadline)
+{
+	b->deadline = deadline;
+	if (deadline) {
+		heap_push(c, deadline, &b->node.id);
+		heap_compact(c);
+	}
+}
+
+/* Kill every expired block nobody holds. */
+static void expire_locked(struct cache *c, int64_t now, struct freelist *fl)
+{
+	while (c->heap_n && c->heap[0].deadline <= now) {
+		struct deadline_entry e = c->heap[0];
+		struct idnode *n;
+
+		heap_pop(c);
+		n = idmap_find(&c->map, &e.id);
+		if (!n || CB(n)->deadline != e.deadline || CB(n)->pins)
+			continue; /* stale entry, or pinned: its last close kills it */
+		kill_locked(c, CB(n), fl);
+		counter_add(&c->expirations, 1);
+	}
+}
+
 /*
  * Make room for `need` more bytes: evict policy victims until used + need <= capacity.
  * Waits for dirty blocks to be cleaned (up to dirty_wait_ms). 0 or -ENOSPC.
@@ -224,6 +329,8 @@ static int make_room(struct cache *c, uint64_t need, bool wait, struct freelist 
 
 	if (need > c->capacity)
 		return -ENOSPC;
+	if (c->used + need > c->capacity)
+		expire_locked(c, mono_ns(), fl); /* expired blocks go before the policy is asked */
 	while (c->used + need > c->capacity) {
 		struct policy_entry *e = c->pol->victim(c->pol_priv);
 		struct timespec ts;
@@ -554,7 +661,6 @@ static int cache_commit(struct tier_handle *th, const struct block_meta *meta, u
 	b->size = meta->size;
 	b->mtime = meta->mtime;
 	b->atime = wall_ns();
-	b->deadline = meta->deadline;
 	b->version = ++c->next_version;
 	b->dirty = (flags & TIER_COMMIT_DIRTY) != 0;
 	if (idmap_insert(&c->map, &b->node)) {
@@ -572,6 +678,7 @@ static int cache_commit(struct tier_handle *th, const struct block_meta *meta, u
 		c->dirty_bytes += b->cap;
 		c->dirty_blocks++;
 	}
+	set_deadline_locked(c, b, meta->deadline);
 	/* the reservation handle's reference becomes the map's */
 	if (r) {
 		r->kind = (flags & TIER_COMMIT_PIN) ? H_READ : H_INTERNAL;
@@ -608,13 +715,17 @@ static int cache_remove(struct tier *t, const struct blockid *id)
 	struct freelist fl = { .n = 0 };
 	struct idnode *n;
 
+	bool live = false;
+
 	pthread_mutex_lock(&c->lock);
 	n = idmap_find(&c->map, id);
-	if (n)
+	if (n) {
+		live = !expired(CB(n), mono_ns());
 		kill_locked(c, CB(n), &fl);
+	}
 	pthread_mutex_unlock(&c->lock);
 	freelist_run(&fl);
-	return n ? 0 : -ENOENT;
+	return live ? 0 : -ENOENT; /* an expired block is already absent */
 }
 
 static int cache_touch(struct tier *t, const struct blockid *id)
@@ -644,7 +755,7 @@ static int cache_set_deadline(struct tier *t, const struct blockid *id, int64_t 
 	pthread_mutex_lock(&c->lock);
 	b = find_live(c, id, &fl);
 	if (b)
-		b->deadline = deadline;
+		set_deadline_locked(c, b, deadline);
 	pthread_mutex_unlock(&c->lock);
 	freelist_run(&fl);
 	return b ? 0 : -ENOENT;
@@ -778,6 +889,7 @@ static void cache_destroy(struct tier *t)
 
 	idmap_foreach_safe(&c->map, drop_one, c);
 	idmap_destroy(&c->map);
+	free(c->heap);
 	c->pol->destroy(c->pol_priv);
 	pthread_cond_destroy(&c->cleaned);
 	pthread_mutex_destroy(&c->lock);

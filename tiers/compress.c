@@ -488,6 +488,13 @@ static ssize_t c_read(struct tier_handle *th, void *buf, size_t len, uint64_t of
 	uint64_t cs = h->lay.chunk_size, end;
 	char *out = buf;
 
+	if (((struct chandle *)th)->writer) {
+		/* a reservation: only a raw one can be read back (encoded ones are written once,
+		 * in order, by the pipeline's dump, which never reads them) */
+		if (((struct cwh *)th)->seq)
+			return -EBADF;
+		return tier_read(h->lh, buf, len, off);
+	}
 	if (h->lay.codec == CODEC_RAW)
 		return tier_read(h->lh, buf, len, off);
 	if (off >= h->size)

@@ -949,15 +949,20 @@ static int posix_remove(struct tier *t, const struct blockid *id)
 {
 	struct posix *p = posix_of(t);
 	char path[PATH_MAX];
-	bool had;
+	struct idnode *n;
+	bool live = false;
 
 	pthread_mutex_lock(&p->lock);
-	had = index_drop(p, id, 0);
+	n = idmap_find(&p->map, id);
+	if (n) {
+		live = !is_expired(PE(n)->deadline, mono_ns());
+		index_del(p, PE(n));
+	}
 	pthread_mutex_unlock(&p->lock);
 	block_path(p, id, path, sizeof(path));
 	if (unlink(path) && errno != ENOENT)
 		log_warn("cannot remove %s: %s", path, strerror(errno));
-	return had ? 0 : -ENOENT;
+	return live ? 0 : -ENOENT; /* an expired block is already absent */
 }
 
 static int posix_touch(struct tier *t, const struct blockid *id)
@@ -967,6 +972,8 @@ static int posix_touch(struct tier *t, const struct blockid *id)
 
 	pthread_mutex_lock(&p->lock);
 	n = idmap_find(&p->map, id);
+	if (n && is_expired(PE(n)->deadline, mono_ns()))
+		n = NULL;
 	if (n) {
 		PE(n)->atime = wall_ns();
 		lru_touch(p, PE(n));
@@ -984,6 +991,8 @@ static int posix_set_deadline(struct tier *t, const struct blockid *id, int64_t 
 	struct idnode *n;
 	int fd = -1, rc = 0;
 
+	if (posix_lookup(t, id, NULL))
+		return -ENOENT; /* absent or already expired */
 	if (p->layout == LAYOUT_NATIVE) {
 		block_path(p, id, path, sizeof(path));
 		raw = malloc(DISK_HEADER_SIZE);

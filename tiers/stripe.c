@@ -110,12 +110,28 @@ static void s_abort(struct tier_handle *h)
 	h->tier->ops->abort(h);
 }
 
+struct list_ctx {
+	tier_list_fn fn;
+	void *arg;
+	bool stopped;
+};
+
+static int list_one(const struct blockid *id, void *arg)
+{
+	struct list_ctx *l = arg;
+
+	if (l->fn(id, l->arg))
+		l->stopped = true;
+	return l->stopped;
+}
+
 static int s_list_shard(struct tier *t, unsigned shard, tier_list_fn fn, void *arg)
 {
 	struct stripe *s = st_of(t);
+	struct list_ctx l = { fn, arg, false };
 
-	for (int i = 0; i < s->n; i++)
-		s->child[i]->ops->list_shard(s->child[i], shard, fn, arg);
+	for (int i = 0; i < s->n && !l.stopped; i++)
+		s->child[i]->ops->list_shard(s->child[i], shard, list_one, &l);
 	return 0;
 }
 
