@@ -291,7 +291,7 @@ static int set_store(struct ucm_options *o, const char *arg, char *msg, size_t l
 	while (*p) {
 		const char *end = strchrnul(p, ':');
 
-		if (end == p) {
+		if (end == p || (*end == ':' && end[1] == '\0')) {
 			snprintf(msg, len, "STORE '%s' has an empty directory between ':'", arg);
 			return -EINVAL;
 		}

@@ -8,8 +8,8 @@ import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from ucmtest import (KiB, MiB, SLOW, Mount, check, exists, expect_errno, pattern, popen,
-                     rand_id, read_file, run, same, wait_until, write_file)
+from ucmtest import (KiB, MiB, SLOW, Mount, check, expect_errno, pattern, popen, rand_id,
+                     read_file, run, same, wait_until, write_file)
 
 CREATE = os.O_WRONLY | os.O_CREAT
 

@@ -12,11 +12,14 @@ runs under signal.alarm, and a watchdog thread SIGKILLs the daemons of a case th
 stuck in the kernel after its time is up (a request to a dead daemon fails with ENOTCONN).
 
 Environment: UCMFS_BIN (the daemon; default: the build directory's ucmfs), UCMFS_TEST_SLOW
-(a factor for every timeout, e.g. 3 under a sanitizer; default 1).
+(a factor for every timeout, e.g. 3 under a sanitizer; default 1), UCMFS_TEST_KEEP=1 (keep
+each case's temporary directory: STORE and daemon logs).
+Run one case: python3 tests/mount/basic.py touch
 """
 import errno
 import os
 import random
+import select
 import shutil
 import signal
 import subprocess
@@ -25,6 +28,7 @@ import tempfile
 import threading
 import time
 import traceback
+import zlib
 
 SLOW = float(os.environ.get('UCMFS_TEST_SLOW', '1') or 1)
 CASE_TIMEOUT = 120          # seconds per case, times SLOW
@@ -40,6 +44,7 @@ MiB = 1 << 20
 
 _live_mounts = []           # Mount objects with a daemon or a mount still up
 _live_procs = []            # helper processes started by the current case
+_deaths = []                # daemons of the current case found dead while mounted
 
 
 class CaseTimeout(Exception):
@@ -99,7 +104,8 @@ def expect_errno(want, fn, *args, **kw):
 
 
 def cmd(args, timeout=60, check_rc=True, **kw):
-    """Run a command with a timeout; returns CompletedProcess (text output)."""
+    """Run a command with a timeout; returns CompletedProcess (text output, C locale)."""
+    kw.setdefault('env', dict(os.environ, LC_ALL='C'))
     r = subprocess.run(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                        timeout=timeout * SLOW, **kw)
     if check_rc and r.returncode != 0:
@@ -181,6 +187,115 @@ def exists(path):
         return True
     except FileNotFoundError:
         return False
+
+
+# A helper process driven line by line: open/write/read/close on its own descriptors, so
+# that "another process" holds a writer or reader while the test looks from outside.
+_PEER = r"""
+import os, random, subprocess, sys, zlib
+fds = {}
+for line in sys.stdin:
+    a = line.split()
+    try:
+        r = ''
+        if a[0] == 'open':                       # open NAME PATH FLAGS
+            fds[a[1]] = os.open(a[2], int(a[3]), 0o644)
+        elif a[0] == 'write':                    # write NAME SEED SIZE OFF
+            data = random.Random(int(a[2])).randbytes(int(a[3]))
+            off, done = int(a[4]), 0
+            while done < len(data):
+                done += os.pwrite(fds[a[1]], data[done:done + (1 << 20)], off + done)
+        elif a[0] == 'writepart':                # writepart NAME SEED TOTAL OFF LEN
+            data = random.Random(int(a[2])).randbytes(int(a[3]))
+            off, end = int(a[4]), int(a[4]) + int(a[5])
+            while off < end:
+                off += os.pwrite(fds[a[1]], data[off:min(end, off + (1 << 20))], off)
+        elif a[0] == 'ftruncate':                # ftruncate NAME SIZE
+            os.ftruncate(fds[a[1]], int(a[2]))
+        elif a[0] == 'fsync':
+            os.fsync(fds[a[1]])
+        elif a[0] == 'read':                     # read NAME -> LEN CRC32 (from offset 0)
+            out, off = [], 0
+            while True:
+                b = os.pread(fds[a[1]], 1 << 20, off)
+                if not b:
+                    break
+                out.append(b)
+                off += len(b)
+            data = b''.join(out)
+            r = '%d %d' % (len(data), zlib.crc32(data))
+        elif a[0] == 'close':
+            os.close(fds.pop(a[1]))
+        elif a[0] == 'spawn':                    # spawn CMD...: run a child (fork + exec)
+            r = str(subprocess.run(a[1:]).returncode)
+        print('ok', r, flush=True)
+    except OSError as e:
+        print('err', e.errno, flush=True)
+"""
+
+
+class Peer:
+    """Another process that opens, writes, reads and closes files on command."""
+
+    def __init__(self):
+        self.p = popen([sys.executable, '-c', _PEER], stdin=subprocess.PIPE,
+                       stdout=subprocess.PIPE, text=True)
+
+    def do(self, *words, timeout=60):
+        """Run one command; returns its result text, raises OSError with the peer's errno."""
+        self.p.stdin.write(' '.join(map(str, words)) + '\n')
+        self.p.stdin.flush()
+        r, _, _ = select.select([self.p.stdout], [], [], timeout * SLOW)
+        check(r, 'helper process: no answer to %r within %gs' % (words[0], timeout * SLOW))
+        line = self.p.stdout.readline().split()
+        check(line, 'helper process died during %r' % (words,))
+        if line[0] == 'err':
+            e = int(line[1])
+            raise OSError(e, '%s (in another process: %s)' % (os.strerror(e), words[0]))
+        return ' '.join(line[1:])
+
+    def open(self, name, path, flags):
+        return self.do('open', name, path, flags)
+
+    def write(self, name, seed, size, off=0):
+        """Write pattern(size, seed) at offset off."""
+        return self.do('write', name, seed, size, off)
+
+    def write_part(self, name, seed, total, off, length):
+        """Write pattern(total, seed)[off:off + length] at offset off."""
+        return self.do('writepart', name, seed, total, off, length)
+
+    def read(self, name):
+        n, crc = self.do('read', name).split()
+        return int(n), int(crc)
+
+    def close(self, name):
+        return self.do('close', name)
+
+    def stop(self):
+        if self.p.poll() is None:
+            self.p.stdin.close()
+            try:
+                self.p.wait(timeout=10 * SLOW)
+            except subprocess.TimeoutExpired:
+                self.p.kill()
+                self.p.wait()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        if exc[0] is None:
+            self.stop()
+        else:
+            self.p.kill()
+            self.p.wait()
+        return False
+
+
+def crc(data):
+    """(length, crc32) of bytes: what Peer.read() returns."""
+    return len(data), zlib.crc32(data)
 
 
 class Mount:
@@ -338,6 +453,13 @@ class Mount:
 
     def cleanup(self):
         """Never leave a mount or a daemon behind (used on failures too)."""
+        if self.proc and self.proc.poll() is not None:
+            text = self.log_text()
+            mark = next((m for m in SANITIZER_MARKS if m in text), None)
+            detail = text[text.index(mark):].split('\n')[0] if mark else \
+                (text.strip().split('\n') or [''])[-1]
+            _deaths.append('ucmfs died while mounted, status %d: %s' % (
+                self.proc.returncode, detail[:300]))
         if self.proc and self.proc.poll() is None:
             try:
                 self._detach()
@@ -354,7 +476,10 @@ class Mount:
             self._fusermount(lazy=True)
         if self in _live_mounts:
             _live_mounts.remove(self)
-        if not os.path.ismount(self.mnt):
+        if os.environ.get('UCMFS_TEST_KEEP'):
+            # keep the store and the daemon logs, drop the (large) copies of the data
+            shutil.rmtree(os.path.join(self.tmp, 'src'), ignore_errors=True)
+        elif not os.path.ismount(self.mnt):
             shutil.rmtree(self.tmp, ignore_errors=True)
 
     # -- use -----------------------------------------------------------------------------
@@ -428,7 +553,7 @@ def run(cases):
             dog = threading.Timer(limit + 15, _kill_everything)
             dog.daemon = True
             t0 = time.monotonic()
-            err = None
+            err, tb = None, ''
             try:
                 dog.start()
                 signal.alarm(limit)
@@ -450,8 +575,13 @@ def run(cases):
                 for m in list(_live_mounts):
                     m.cleanup()
             dt = time.monotonic() - t0
+            if err is None and _deaths:
+                err = AssertionError('')
+            if _deaths:
+                err = AssertionError(('%s [%s]' % (err, '; '.join(_deaths))).strip())
+                del _deaths[:]
             if err is None:
-                print('ok %s (%.1fs)' % (name, dt), flush=True)
+                print('ok %s  # %.1fs' % (name, dt), flush=True)
             else:
                 failed += 1
                 msg = str(err) or type(err).__name__

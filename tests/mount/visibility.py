@@ -3,12 +3,11 @@
 (DESIGN.md section 3)."""
 import errno
 import os
-import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from ucmtest import (KiB, MiB, Mount, check, cmd, expect_errno, pattern, rand_id, read_fd,
-                     read_file, run, same, write_file)
+from ucmtest import (KiB, MiB, Mount, Peer, check, cmd, crc, expect_errno, pattern, rand_id,
+                     read_fd, read_file, run, same, write_file)
 
 # another process looking at a name: prints ENOENT, or the size and crc of what it read
 PEEK = r'''
@@ -35,38 +34,58 @@ def peek(path):
 
 
 def other_sees_nothing(m, bid, what):
+    """Nothing of bid is visible to this process (not the writer) nor to commands."""
+    expect_errno(errno.ENOENT, os.stat, m.path(bid))
+    expect_errno(errno.ENOENT, os.open, m.path(bid), os.O_RDONLY)
+    check(bid not in m.blocks(), '%s: listed by readdir' % what)
     r = cmd(['stat', m.path(bid)], check_rc=False)
     check(r.returncode != 0 and 'No such file' in r.stderr,
-          '%s: stat(1) in another process: %r' % (what, (r.stdout + r.stderr).strip()))
-    check(peek(m.path(bid)) == 'ENOENT', '%s: another process opened it' % what)
+          '%s: stat(1): %r' % (what, (r.stdout + r.stderr).strip()))
+    check(peek(m.path(bid)) == 'ENOENT', '%s: a third process opened it' % what)
     check(bid not in cmd(['ls', m.mnt]).stdout.split(), '%s: listed by ls' % what)
 
 
-def crc(data):
-    import zlib
-    return (len(data), zlib.crc32(data))
-
-
 def test_reservation_invisible():
-    with Mount() as m:
+    with Mount() as m, Peer() as w:
         for n, flags in [(4 * MiB + 1, os.O_WRONLY), (64 * KiB, os.O_RDWR)]:
             bid = rand_id()
             data = pattern(n, n)
-            fd = os.open(m.path(bid), flags | os.O_CREAT)
-            try:
-                os.write(fd, data)
-                other_sees_nothing(m, bid, 'reservation with all its bytes written')
-                os.fsync(fd)
-                other_sees_nothing(m, bid, 'reservation after fsync')
-                if flags == os.O_RDWR:       # the writer reads back its own reservation
-                    same(read_fd(fd), data, 'O_RDWR writer reading its reservation')
-            finally:
-                os.close(fd)
+            w.open('f', m.path(bid), flags | os.O_CREAT)
+            w.write('f', n, n)
+            other_sees_nothing(m, bid, 'reservation with all its bytes written')
+            w.do('fsync', 'f')
+            other_sees_nothing(m, bid, 'reservation after fsync')
+            if flags == os.O_RDWR:       # the writer reads back its own reservation
+                check(w.read('f') == crc(data), 'O_RDWR writer reading its reservation')
+            w.close('f')
             r = cmd(['stat', '-c', '%s', m.path(bid)], check_rc=False)
-            check(r.stdout.strip() == str(n), 'after close: stat(1) in another process: %r' %
+            check(r.stdout.strip() == str(n), 'after close: stat(1): %r' %
                   (r.stdout + r.stderr).strip())
-            check(peek(m.path(bid)) == crc(data), 'after close: another process read other bytes')
+            check(os.stat(m.path(bid)).st_size == n, 'after close: st_size')
+            same(read_file(m.path(bid)), data, 'after close: the block')
+            check(peek(m.path(bid)) == crc(data), 'after close: a third process read other bytes')
             check(bid in cmd(['ls', m.mnt]).stdout.split(), 'after close: not listed by ls')
+
+
+def test_reservation_invisible_across_fork():
+    """A writer that starts a child process while it writes (fork + exec: the child's
+    copy of the descriptor is closed at exec) has not closed its file: the half-written
+    block stays invisible until the writer's own close."""
+    with Mount() as m, Peer() as w:
+        for declared in (True, False):
+            n = 2 * MiB + 1
+            bid = rand_id()
+            w.open('f', m.path(bid), os.O_WRONLY | os.O_CREAT)
+            if declared:
+                w.do('ftruncate', 'f', n)
+            w.write_part('f', 3, n, 0, n // 2)
+            check(w.do('spawn', 'true') == '0', 'the writer could not run true(1)')
+            what = 'half-written block (%s) after the writer ran a child' % (
+                'size declared' if declared else 'no size declared')
+            other_sees_nothing(m, bid, what)
+            w.write_part('f', 3, n, n // 2, n - n // 2)
+            w.close('f')
+            same(read_file(m.path(bid)), pattern(n, 3), 'after the writer\'s close')
 
 
 def unlink_under_reader(m, bid, data):
@@ -124,29 +143,24 @@ def test_unlink_then_recreate_while_reading():
 
 
 def test_replace():
-    with Mount() as m:
+    with Mount() as m, Peer() as w:
         bid = rand_id()
         old, new = pattern(3 * MiB + 5, 6), pattern(2 * MiB + 77, 7)
         write_file(m.path(bid), old)
         r1 = os.open(m.path(bid), os.O_RDONLY)
         try:
             same(os.pread(r1, 64 * KiB, 0), old[:64 * KiB], 'reader before the replacement')
-            w = os.open(m.path(bid), os.O_WRONLY | os.O_TRUNC)
-            try:
-                off = 0
-                while off < len(new):
-                    off += os.write(w, new[off:off + MiB])
-                same(read_fd(r1), old, 'old reader while the replacement is written')
-                check(peek(m.path(bid)) == crc(old),
-                      'another process opening during the replacement did not read the old bytes')
-                r = cmd(['stat', '-c', '%s', m.path(bid)])
-                check(r.stdout.strip() == str(len(old)),
-                      'stat(1) during the replacement: %s' % r.stdout.strip())
-            finally:
-                os.close(w)
+            w.open('w', m.path(bid), os.O_WRONLY | os.O_TRUNC)
+            w.write('w', 7, len(new))
+            same(read_fd(r1), old, 'old reader while the replacement is written')
+            same(read_file(m.path(bid)), old, 'a new open during the replacement')
+            check(peek(m.path(bid)) == crc(old), 'a third process during the replacement')
+            check(os.stat(m.path(bid)).st_size == len(old),
+                  'st_size during the replacement: %d' % os.stat(m.path(bid)).st_size)
+            w.close('w')
             check(os.stat(m.path(bid)).st_size == len(new), 'size after the replacement')
             same(read_file(m.path(bid)), new, 'a new open after the writer closed')
-            check(peek(m.path(bid)) == crc(new), 'another process after the replacement')
+            check(peek(m.path(bid)) == crc(new), 'a third process after the replacement')
             same(read_fd(r1), old, 'the reader opened before the replacement, still open')
         finally:
             os.close(r1)
@@ -156,19 +170,17 @@ def test_replace():
         bid = rand_id()
         old = pattern(2 * MiB + 9, 8)
         write_file(m.path(bid), old)
-        w = os.open(m.path(bid), os.O_RDWR)
-        try:
-            same(read_fd(w), old, 'O_RDWR replacement reads the old content')
-            os.pwrite(w, b'\xab' * 4096, MiB)
-        finally:
-            os.close(w)
-        want = old[:MiB] + b'\xab' * 4096 + old[MiB + 4096:]
+        w.open('w', m.path(bid), os.O_RDWR)
+        check(w.read('w') == crc(old), 'an O_RDWR replacement reads the old content')
+        w.write('w', 99, 4096, MiB)
+        w.close('w')
+        want = old[:MiB] + pattern(4096, 99) + old[MiB + 4096:]
         same(read_file(m.path(bid)), want, 'partial overwrite of a committed block')
 
 
 def test_replace_interleaved_readers():
-    """An old reader reading after the replacement must not make new readers see old bytes
-    (nor the reverse)."""
+    """Once replaced, new opens read the new bytes even while an old reader goes on
+    reading the old version."""
     with Mount() as m:
         bid = rand_id()
         old, new = pattern(2 * MiB, 9), pattern(2 * MiB, 10)
@@ -176,7 +188,10 @@ def test_replace_interleaved_readers():
         r1 = os.open(m.path(bid), os.O_RDONLY)
         try:
             same(read_fd(r1), old, 'old reader')
-            write_file(m.path(bid), new, flags=os.O_WRONLY | os.O_TRUNC)
+            with Peer() as w:
+                w.open('w', m.path(bid), os.O_WRONLY | os.O_TRUNC)
+                w.write('w', 10, len(new))
+                w.close('w')
             r2 = os.open(m.path(bid), os.O_RDONLY)
             try:
                 same(read_fd(r1), old, 'old reader after the replacement')
@@ -190,6 +205,7 @@ def test_replace_interleaved_readers():
 
 
 if __name__ == '__main__':
-    run([test_reservation_invisible, test_unlink_while_reading,
+    run([test_reservation_invisible, test_reservation_invisible_across_fork,
+         test_unlink_while_reading,
          test_unlink_then_recreate_while_reading, test_replace,
          test_replace_interleaved_readers])

@@ -192,10 +192,10 @@ static void round_trip(uint64_t bytes)
 
 	format_size(bytes, buf, sizeof(buf));
 	rc = parse_size(buf, &back);
-	ck_assert_msg(rc == 0, "format_size(%llu) = \"%s\", which parse_size rejects (%d)",
-		      (unsigned long long)bytes, buf, rc);
-	ck_assert_msg(back == bytes, "format_size(%llu) = \"%s\" reads back as %llu",
-		      (unsigned long long)bytes, buf, (unsigned long long)back);
+	UT_CHECK(rc == 0, "format_size(%llu) = \"%s\", which parse_size rejects (%d)",
+		 (unsigned long long)bytes, buf, rc);
+	UT_CHECK(back == bytes, "format_size(%llu) = \"%s\" reads back as %llu",
+		 (unsigned long long)bytes, buf, (unsigned long long)back);
 }
 
 START_TEST(test_units_format_size_round_trip)

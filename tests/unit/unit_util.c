@@ -119,13 +119,19 @@ const char *ut_hex(const struct blockid *id)
 	return s;
 }
 
-/* The 8-byte word w of block (id, seed). */
+/*
+ * The 8-byte word w of block (id, seed): four little-endian 16-bit values shaped like bf16
+ * numbers of one magnitude (a random low byte, a high byte from 0x3c..0x3f), so the bytes
+ * compress (and compress better byte-plane shuffled), as KV-cache data does.
+ */
 static uint64_t word(const struct blockid *id, uint64_t seed, uint64_t w)
 {
-	uint64_t k;
+	uint64_t k, v;
 
 	memcpy(&k, id->b, sizeof(k));
-	return ut_mix(k ^ ut_mix(seed + 0x51ed27) ^ (w * 0x9e3779b97f4a7c15ULL));
+	v = ut_mix(k ^ ut_mix(seed + 0x51ed27) ^ (w * 0x9e3779b97f4a7c15ULL));
+	return (v & 0x00ff00ff00ff00ffULL) |
+	       ((((v >> 8) & 0x0003000300030003ULL) | 0x003c003c003c003cULL) << 8);
 }
 
 void ut_fill(const struct blockid *id, uint64_t seed, void *buf, size_t len, uint64_t off)

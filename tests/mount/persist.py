@@ -1,0 +1,179 @@
+#!/usr/bin/env python3
+"""Memory smaller than the data, persistence across remounts, durability after fsync when
+the daemon is killed (DESIGN.md sections 3 and 5)."""
+import os
+import random
+import sys
+import threading
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from ucmtest import (KiB, MiB, Mount, case, check, pattern, rand_id, read_fd, read_file, run,
+                     same, write_file)
+
+# 64 MiB of blocks; with mem_size=8M several are bigger than the whole memory tier
+SIZES_64M = [12 * MiB, 9 * MiB + 1, 8 * MiB + 4097, 6 * MiB, 5 * MiB + 3, 4 * MiB, 3 * MiB + 7,
+             3 * MiB, 2 * MiB + 1, 2 * MiB, 2 * MiB - 1, MiB + 5, MiB, MiB, 64 * KiB + 1,
+             4 * KiB]
+SIZES_64M.append(64 * MiB - sum(SIZES_64M))
+
+
+def write_all(m, sizes, seed0=0):
+    blocks = {}
+    for i, n in enumerate(sizes):
+        bid = rand_id()
+        blocks[bid] = (n, seed0 + i)
+        write_file(m.path(bid), pattern(n, seed0 + i))
+    return blocks
+
+
+def verify_all(m, blocks, what):
+    check(m.blocks() == sorted(blocks), '%s: listing has %d names, %d blocks written' % (
+        what, len(m.blocks()), len(blocks)))
+    for bid, (n, seed) in sorted(blocks.items()):
+        check(os.stat(m.path(bid)).st_size == n, '%s: st_size of %s' % (what, bid))
+        same(read_file(m.path(bid)), pattern(n, seed), '%s: %s (%d bytes)' % (what, bid, n))
+
+
+@case(timeout=180)
+def test_mem_size_far_below_data():
+    with Mount('mem_size=8M') as m:
+        blocks = {}
+        for i, n in enumerate(SIZES_64M):         # each read back right after its write
+            bid = rand_id()
+            blocks[bid] = (n, i)
+            write_file(m.path(bid), pattern(n, i))
+            same(read_file(m.path(bid)), pattern(n, i), 'read right after write (%d)' % n)
+        verify_all(m, blocks, 'mem_size=8M, 64 MiB written')
+        # memory full of pins: every block open at once, then read through the pins
+        fds = {}
+        try:
+            for bid in blocks:
+                fds[bid] = os.open(m.path(bid), os.O_RDONLY)
+            for bid, fd in fds.items():
+                n, seed = blocks[bid]
+                same(read_fd(fd), pattern(n, seed), 'with every block pinned: %s' % bid)
+        finally:
+            for fd in fds.values():
+                os.close(fd)
+        verify_all(m, blocks, 'after the pins were dropped')
+
+
+def test_parallel_reads_of_one_streamed_block():
+    """Threads reading one descriptor of a block that does not fit in memory (streamed from
+    disk) each get their own bytes, as with any file."""
+    n = 3 * MiB + 5
+    data = pattern(n, 77)
+    with Mount() as m:
+        bid = rand_id()
+        write_file(m.path(bid), data)              # fits in memory, dumped to disk later
+        m.remount('mem_size=1M')                   # disk only, streamed to the reader
+        # O_DIRECT: every read reaches the daemon instead of the page cache
+        fd = os.open(m.path(bid), os.O_RDONLY | os.O_DIRECT)
+        errors = []
+
+        def reader(k):
+            rng = random.Random(k)
+            try:
+                for _ in range(150):
+                    off = rng.randrange(0, n - 1)
+                    ln = rng.randrange(1, 300 * KiB)
+                    got = os.pread(fd, ln, off)
+                    if got != data[off:off + ln]:
+                        errors.append('thread %d: pread(%d, %d) returned other bytes' % (
+                            k, ln, off))
+                        return
+            except OSError as e:
+                errors.append('thread %d: %s' % (k, e))
+
+        try:
+            threads = [threading.Thread(target=reader, args=(k,)) for k in range(4)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join(60)
+        finally:
+            os.close(fd)
+        check(not errors, '; '.join(errors[:3]))
+        same(read_file(m.path(bid)), data, 'the block after the parallel reads')
+
+
+@case(timeout=180)
+def test_remount_persistence():
+    with Mount('mem_size=16M') as m:
+        # fits in memory, does not fit, and one bigger than memory written in small pieces
+        blocks = write_all(m, [MiB, 2 * MiB + 3, 4 * KiB, 3 * MiB, 20 * MiB, 17 * MiB + 5,
+                               5 * MiB + 1, MiB - 1, 1])
+        bid = rand_id()
+        blocks[bid] = (10 * MiB + 1, 99)
+        write_file(m.path(bid), pattern(10 * MiB + 1, 99), chunk=64 * KiB)
+        m.remount('')                              # waits for the old daemon to exit
+        verify_all(m, blocks, 'after unmount + remount')
+        m.remount('mem_size=4M')
+        verify_all(m, blocks, 'after a remount with mem_size=4M')
+        # as a user would: fusermount3 -u, then at once a new daemon on the same store
+        more = write_all(m, [6 * MiB + 1, MiB, 3 * KiB], seed0=200)
+        blocks.update(more)
+        m.remount('', wait=False)
+        verify_all(m, blocks, 'after a remount started right after fusermount3 -u')
+
+
+def test_empty_block_persists():
+    with Mount() as m:
+        empty, one = rand_id(), rand_id()
+        write_file(m.path(empty), b'')
+        write_file(m.path(one), b'x')
+        m.remount()
+        check(m.blocks() == sorted([empty, one]), 'after remount: %s' % m.blocks())
+        check(os.stat(m.path(empty)).st_size == 0, 'size of the empty block after remount')
+        same(read_file(m.path(empty)), b'', 'the empty block after remount')
+        same(read_file(m.path(one)), b'x', 'the 1-byte block after remount')
+
+
+def fsync_kill9(opts, size):
+    with Mount(opts) as m:
+        a, b, c = rand_id(), rand_id(), rand_id()
+        # a queue of other blocks still to be written to disk, so that without fsync the
+        # daemon would most likely die before a, b and c reach the disk
+        write_all(m, [4 * MiB] * 16, seed0=100)
+        # a: committed, then fsync on a read descriptor
+        write_file(m.path(a), pattern(size, 1))
+        fd = os.open(m.path(a), os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        # b: write -> fsync -> close on the writer's descriptor
+        write_file(m.path(b), pattern(size + 1, 2), fsync=True)
+        # c: fsync before the data is complete, then more writes, then close
+        fd = os.open(m.path(c), os.O_WRONLY | os.O_CREAT)
+        try:
+            os.write(fd, pattern(size, 3)[:size // 2])
+            os.fsync(fd)
+            os.write(fd, pattern(size, 3)[size // 2:])
+        finally:
+            os.close(fd)
+        m.kill9()
+        m.start()
+        for bid, n, seed in ((a, size, 1), (b, size + 1, 2), (c, size, 3)):
+            check(os.path.exists(m.path(bid)), '%s opts, %d bytes: block %s lost after '
+                  'fsync and a daemon SIGKILL' % (opts or 'default', n, 'abc'[seed - 1]))
+            same(read_file(m.path(bid)), pattern(n, seed), 'after fsync + SIGKILL')
+
+
+def test_fsync_then_kill9():
+    fsync_kill9('', 3 * MiB + 3)
+    fsync_kill9('mem_size=4M', 6 * MiB + 1)        # spilled reservations
+
+
+def test_durable_then_kill9():
+    with Mount('durable') as m:
+        blocks = write_all(m, [4 * MiB] * 8 + [MiB, 4 * MiB + 1, 4 * KiB])
+        m.kill9()
+        m.start()
+        verify_all(m, blocks, 'durable mount after SIGKILL')
+
+
+if __name__ == '__main__':
+    run([test_mem_size_far_below_data, test_parallel_reads_of_one_streamed_block,
+         test_remount_persistence, test_empty_block_persists, test_fsync_then_kill9,
+         test_durable_then_kill9])
