@@ -13,12 +13,14 @@ top=$(pwd)
 
 PKGS="gcc libc6-dev libfuse3-dev fuse3 libzstd-dev libaio-dev libxxhash-dev check meson \
 ninja-build pkg-config fio attr python3"
+# the tests also check /.ucm/stats with promtool (Debian's prometheus package)
+TEST_PKGS="prometheus"
 
 say() { printf '%s\n' "== $*"; }
 
 install_missing() {
 	missing=""
-	for p in $PKGS; do
+	for p in $PKGS ${1:-}; do
 		dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" ||
 			missing="$missing $p"
 	done
@@ -105,7 +107,7 @@ run_suites() {
 cmd_test() {
 	export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1
 	export UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
-	install_missing
+	install_missing "$TEST_PKGS"
 	say "building build/ (-Werror)"
 	build build -Dwerror=true
 	say "building build-asan/ (ASan+UBSan, invariant checks, -Werror)"
