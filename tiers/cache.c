@@ -43,6 +43,7 @@
 
 #include "src/buf.h"
 #include "src/clock.h"
+#include "src/dlheap.h"
 #include "src/idmap.h"
 #include "src/metrics.h"
 #include "tiers/cache_policy.h"
@@ -72,11 +73,6 @@ struct chandle {
 	int kind;
 };
 
-struct deadline_entry {
-	int64_t deadline;
-	struct blockid id;
-};
-
 struct cache {
 	struct tier tier;
 	pthread_mutex_t lock;
@@ -88,11 +84,11 @@ struct cache {
 	uint64_t used;                 /* protected by lock */
 	uint64_t dirty_bytes;          /* protected by lock */
 	uint64_t dirty_blocks;         /* protected by lock */
+	uint64_t evictable_bytes;      /* sum of cap of the blocks in the policy; lock */
 	uint64_t next_version;         /* protected by lock */
 	uint64_t pins;                 /* open readers of all blocks; protected by lock */
 	uint64_t reservations;         /* RESERVED cblocks; protected by lock */
-	struct deadline_entry *heap;   /* min-heap by deadline; protected by lock */
-	size_t heap_n, heap_cap;
+	struct dlheap deadlines;       /* TTL index; protected by lock */
 	unsigned dirty_wait_ms;
 	counter_t hits, misses, evictions, expirations, bytes_in;
 };
@@ -146,6 +142,7 @@ static void policy_out(struct cache *c, struct cblock *b)
 	if (b->in_policy) {
 		c->pol->removed(c->pol_priv, &b->pe);
 		b->in_policy = false;
+		c->evictable_bytes -= b->cap;
 	}
 }
 
@@ -154,6 +151,7 @@ static void policy_in(struct cache *c, struct cblock *b)
 	if (!b->in_policy && b->state == CB_LIVE && b->pins == 0 && !b->dirty) {
 		c->pol->admitted(c->pol_priv, &b->pe);
 		b->in_policy = true;
+		c->evictable_bytes += b->cap;
 	}
 }
 
@@ -226,91 +224,43 @@ static struct cblock *find_live(struct cache *c, const struct blockid *id, struc
 	return b;
 }
 
-/* --- deadlines: a min-heap of (deadline, id), c->lock held -------------------------------- */
-
-static void heap_swap(struct cache *c, size_t a, size_t b)
-{
-	struct deadline_entry t = c->heap[a];
-
-	c->heap[a] = c->heap[b];
-	c->heap[b] = t;
-}
-
-static void heap_push(struct cache *c, int64_t deadline, const struct blockid *id)
-{
-	size_t i;
-
-	if (c->heap_n == c->heap_cap) {
-		size_t cap = c->heap_cap ? c->heap_cap * 2 : 64;
-		struct deadline_entry *v = realloc(c->heap, cap * sizeof(*v));
-
-		if (!v)
-			return; /* the block still expires (find_live), only later reclaimed */
-		c->heap = v;
-		c->heap_cap = cap;
-	}
-	i = c->heap_n++;
-	c->heap[i].deadline = deadline;
-	c->heap[i].id = *id;
-	while (i && c->heap[(i - 1) / 2].deadline > c->heap[i].deadline) {
-		heap_swap(c, i, (i - 1) / 2);
-		i = (i - 1) / 2;
-	}
-}
-
-static void heap_pop(struct cache *c)
-{
-	size_t i = 0;
-
-	c->heap[0] = c->heap[--c->heap_n];
-	for (;;) {
-		size_t l = 2 * i + 1, r = l + 1, m = i;
-
-		if (l < c->heap_n && c->heap[l].deadline < c->heap[m].deadline)
-			m = l;
-		if (r < c->heap_n && c->heap[r].deadline < c->heap[m].deadline)
-			m = r;
-		if (m == i)
-			break;
-		heap_swap(c, i, m);
-		i = m;
-	}
-}
+/* --- deadlines (src/dlheap.h), c->lock held ------------------------------------------------- */
 
 static void push_live(struct idnode *n, void *arg)
 {
 	struct cblock *b = CB(n);
 
 	if (b->deadline)
-		heap_push(arg, b->deadline, &n->id);
+		dlheap_push(arg, b->deadline, &n->id);
 }
 
 /* Rebuild the heap from the live blocks when stale entries outnumber live ones. */
 static void heap_compact(struct cache *c)
 {
-	if (c->heap_n <= 2 * c->map.count + 64)
+	if (c->deadlines.n <= 2 * c->map.count + 64)
 		return;
-	c->heap_n = 0;
-	idmap_foreach_safe(&c->map, push_live, c);
+	dlheap_clear(&c->deadlines);
+	idmap_foreach_safe(&c->map, push_live, &c->deadlines);
 }
 
 static void set_deadline_locked(struct cache *c, struct cblock *b, int64_t deadline)
 {
 	b->deadline = deadline;
 	if (deadline) {
-		heap_push(c, deadline, &b->node.id);
+		dlheap_push(&c->deadlines, deadline, &b->node.id);
 		heap_compact(c);
 	}
 }
 
-/* Kill every expired block nobody holds. */
+/* Kill the expired blocks nobody holds, until fl is full (then call again). */
 static void expire_locked(struct cache *c, int64_t now, struct freelist *fl)
 {
-	while (c->heap_n && c->heap[0].deadline <= now) {
-		struct deadline_entry e = c->heap[0];
+	while (fl->n < (int)(sizeof(fl->v) / sizeof(fl->v[0])) && dlheap_top(&c->deadlines) &&
+	       dlheap_top(&c->deadlines)->deadline <= now) {
+		struct dl_entry e = *dlheap_top(&c->deadlines);
 		struct idnode *n;
 
-		heap_pop(c);
+		dlheap_pop(&c->deadlines);
 		n = idmap_find(&c->map, &e.id);
 		if (!n || CB(n)->deadline != e.deadline || CB(n)->pins)
 			continue; /* stale entry, or pinned: its last close kills it */
@@ -329,18 +279,28 @@ static int make_room(struct cache *c, uint64_t need, bool wait, struct freelist 
 
 	if (need > c->capacity)
 		return -ENOSPC;
-	if (c->used + need > c->capacity)
-		expire_locked(c, mono_ns(), fl); /* expired blocks go before the policy is asked */
+	while (c->used + need > c->capacity && fl->n < (int)(sizeof(fl->v) / sizeof(fl->v[0])) &&
+	       dlheap_top(&c->deadlines) && dlheap_top(&c->deadlines)->deadline <= mono_ns()) {
+		/* expired blocks go before the policy is asked */
+		expire_locked(c, mono_ns(), fl);
+		if (fl->n == (int)(sizeof(fl->v) / sizeof(fl->v[0]))) {
+			pthread_mutex_unlock(&c->lock);
+			freelist_run(fl);
+			pthread_mutex_lock(&c->lock);
+		}
+	}
 	while (c->used + need > c->capacity) {
-		struct policy_entry *e = c->pol->victim(c->pol_priv);
 		struct timespec ts;
 
-		if (e) {
+		/* evict only if that is enough: a failed reservation leaves the cache as it was */
+		if (c->used - c->evictable_bytes + need <= c->capacity) {
+			struct policy_entry *e = c->pol->victim(c->pol_priv);
+
 			kill_locked(c, PE_CB(e), fl);
 			counter_add(&c->evictions, 1);
 			continue;
 		}
-		/* nothing evictable: only dirty blocks can still become evictable */
+		/* not enough: only dirty blocks can still become evictable */
 		if (c->dirty_bytes == 0 || c->dirty_wait_ms == 0 || !wait)
 			return -ENOSPC;
 		if (!give_up)
@@ -838,6 +798,21 @@ static int cache_usage(struct tier *t, struct tier_usage *u)
 	return 0;
 }
 
+static void cache_sweep(struct tier *t)
+{
+	struct cache *c = cache_of(t);
+	struct freelist fl = { .n = 0 };
+
+	/* in slices, so that nobody waits long for the lock */
+	for (bool more = true; more;) {
+		pthread_mutex_lock(&c->lock);
+		expire_locked(c, mono_ns(), &fl);
+		more = fl.n == (int)(sizeof(fl.v) / sizeof(fl.v[0]));
+		pthread_mutex_unlock(&c->lock);
+		freelist_run(&fl);
+	}
+}
+
 static void cache_metrics(struct tier *t, struct metrics *m)
 {
 	struct cache *c = cache_of(t);
@@ -889,7 +864,7 @@ static void cache_destroy(struct tier *t)
 
 	idmap_foreach_safe(&c->map, drop_one, c);
 	idmap_destroy(&c->map);
-	free(c->heap);
+	dlheap_free(&c->deadlines);
 	c->pol->destroy(c->pol_priv);
 	pthread_cond_destroy(&c->cleaned);
 	pthread_mutex_destroy(&c->lock);
@@ -916,6 +891,7 @@ const struct tier_ops tier_cache_ops = {
 	.mark_clean = cache_mark_clean,
 	.list_shard = cache_list_shard,
 	.usage = cache_usage,
+	.sweep = cache_sweep,
 	.metrics = cache_metrics,
 };
 

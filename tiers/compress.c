@@ -7,7 +7,7 @@
  * each compressed on its own and listed in the block's chunk table (stored length and
  * checksum), so a read of one shard of a cold block reads and decodes only the chunks it
  * covers. A chunk that does not shrink by at least 1/32 is stored raw (its stored length then
- * equals its raw length). The codec of a block is chosen once, on a sample of its first chunk:
+ * equals its raw length). The codec of a block is chosen once, on its first chunk (up to 256 KiB):
  * zstd on the plain bytes, or zstd after a byte-plane shuffle of width 2 or 4 (shuffle=auto
  * tries both widths and keeps the smallest); if the sample does not shrink by 1/32 at all,
  * the whole block is stored raw without trying the other chunks.
@@ -39,7 +39,9 @@
 #include "tiers/shuffle.h"
 
 #define DEFAULT_CHUNK (256u << 10)
-#define SAMPLE (64u << 10)
+/* The codec is chosen on the whole first chunk: zstd codes 128 KiB blocks with one entropy
+ * table each, so a smaller sample cannot tell the codecs apart. */
+#define SAMPLE (256u << 10)
 
 struct ctier {
 	struct tier tier;
@@ -605,6 +607,14 @@ static int c_usage(struct tier *t, struct tier_usage *u)
 	return b->ops->usage(b, u);
 }
 
+static void c_sweep(struct tier *t)
+{
+	struct tier *b = ct_of(t)->below;
+
+	if (b->ops->sweep)
+		b->ops->sweep(b);
+}
+
 static void c_metrics(struct tier *t, struct metrics *m)
 {
 	struct ctier *c = ct_of(t);
@@ -653,6 +663,7 @@ const struct tier_ops tier_compress_ops = {
 	.sync = c_sync,
 	.list_shard = c_list_shard,
 	.usage = c_usage,
+	.sweep = c_sweep,
 	.metrics = c_metrics,
 };
 

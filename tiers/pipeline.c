@@ -54,6 +54,7 @@
 #define MAX_DUMP_THREADS 8
 #define COPY_CHUNK (1u << 20)
 #define DUMP_RETRIES 3
+#define SWEEP_MS 1000
 
 struct session {
 	struct idnode node;          /* in p->sessions while writers may join */
@@ -102,14 +103,17 @@ struct pipeline {
 	pthread_mutex_t stripe[NSTRIPES];
 
 	pthread_mutex_t qlock;
-	pthread_cond_t qcond;        /* work queued, or stop */
+	pthread_cond_t qcond;        /* work queued, or stop (dump workers only wait on it:
+					a signal must wake a worker) */
 	pthread_cond_t qidle;        /* a job finished */
 	struct dump_job *qhead, *qtail; /* protected by qlock */
 	unsigned queued, running;    /* protected by qlock */
 	bool stop;                   /* protected by qlock */
 	unsigned nthreads;
 	pthread_t threads[MAX_DUMP_THREADS];
-	bool started;
+	pthread_t sweeper;           /* reclaims expired blocks every SWEEP_MS */
+	pthread_cond_t sweep_cond;   /* wakes the sweeper to stop (its own: see qcond) */
+	bool started, sweeping;
 
 	atomic_uint_fast64_t commits_ok, commits_incomplete, commits_failed;
 	atomic_uint_fast64_t dumps, dump_errors, loads, load_errors, spills, streamed;
@@ -825,6 +829,29 @@ static void *dump_worker(void *arg)
 	return NULL;
 }
 
+static void *sweep_worker(void *arg)
+{
+	struct pipeline *p = arg;
+	struct timespec ts;
+
+	pthread_mutex_lock(&p->qlock);
+	while (!p->stop) {
+		clock_gettime(CLOCK_REALTIME, &ts);
+		ts.tv_sec += SWEEP_MS / 1000;
+		pthread_cond_timedwait(&p->sweep_cond, &p->qlock, &ts);
+		if (p->stop)
+			break;
+		pthread_mutex_unlock(&p->qlock);
+		if (p->cache && p->cache->ops->sweep)
+			p->cache->ops->sweep(p->cache);
+		if (p->below && p->below->ops->sweep)
+			p->below->ops->sweep(p->below);
+		pthread_mutex_lock(&p->qlock);
+	}
+	pthread_mutex_unlock(&p->qlock);
+	return NULL;
+}
+
 static void pipe_drain(struct tier *t)
 {
 	struct pipeline *p = pipe_of(t);
@@ -986,14 +1013,17 @@ static void pipe_destroy(struct tier *t)
 {
 	struct pipeline *p = pipe_of(t);
 
-	if (p->started) {
+	if (p->started || p->sweeping) {
 		pipe_drain(t);
 		pthread_mutex_lock(&p->qlock);
 		p->stop = true;
 		pthread_cond_broadcast(&p->qcond);
+		pthread_cond_broadcast(&p->sweep_cond);
 		pthread_mutex_unlock(&p->qlock);
-		for (unsigned i = 0; i < p->nthreads; i++)
+		for (unsigned i = 0; p->started && i < p->nthreads; i++)
 			pthread_join(p->threads[i], NULL);
+		if (p->sweeping)
+			pthread_join(p->sweeper, NULL);
 	}
 	tier_destroy(p->cache);
 	tier_destroy(p->below);
@@ -1004,6 +1034,7 @@ static void pipe_destroy(struct tier *t)
 	pthread_mutex_destroy(&p->qlock);
 	pthread_cond_destroy(&p->qcond);
 	pthread_cond_destroy(&p->qidle);
+	pthread_cond_destroy(&p->sweep_cond);
 	free(p);
 }
 
@@ -1110,6 +1141,7 @@ int pipeline_create(const struct pipeline_config *cfg, struct tier **out)
 	pthread_mutex_init(&p->qlock, NULL);
 	pthread_cond_init(&p->qcond, NULL);
 	pthread_cond_init(&p->qidle, NULL);
+	pthread_cond_init(&p->sweep_cond, NULL);
 	idmap_init(&p->sessions);
 	p->tier.ops = &tier_pipeline_ops;
 	p->tier.priv = p;
@@ -1121,6 +1153,8 @@ int pipeline_start(struct tier *t)
 {
 	struct pipeline *p = pipe_of(t);
 
+	if (pthread_create(&p->sweeper, NULL, sweep_worker, p) == 0)
+		p->sweeping = true;
 	if (!p->cache || !p->below)
 		return 0; /* nothing is ever dumped */
 	for (unsigned i = 0; i < p->nthreads; i++) {

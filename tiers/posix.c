@@ -42,6 +42,7 @@
 
 #include "src/buf.h"
 #include "src/clock.h"
+#include "src/dlheap.h"
 #include "src/idmap.h"
 #include "src/log.h"
 #include "src/metrics.h"
@@ -73,6 +74,7 @@ struct posix {
 	pthread_mutex_t lock;
 	struct idmap map;        /* protected by lock */
 	struct pentry lru;       /* recency list sentinel; protected by lock */
+	struct dlheap deadlines; /* TTL index (stale entries skipped); protected by lock */
 	uint64_t phys_used;      /* protected by lock */
 	atomic_uint_fast64_t quarantined, temp_removed, skipped;
 	counter_t hits, misses, bytes_read, bytes_written, expirations, checksum_failures;
@@ -223,6 +225,8 @@ static void index_put(struct posix *p, struct pentry *e)
 	e->next = NULL;
 	lru_touch(p, e);
 	p->phys_used += e->phys;
+	if (e->deadline)
+		dlheap_push(&p->deadlines, e->deadline, &e->node.id);
 }
 
 /* Remove the entry of id if its inode is ino (any inode if ino == 0). p->lock held. */
@@ -237,6 +241,43 @@ static bool index_drop(struct posix *p, const struct blockid *id, uint64_t ino)
 }
 
 static uint64_t capacity_now(struct posix *p, uint64_t used);
+
+/* Delete the files of blocks taken out of the index. */
+static void unlink_blocks(struct posix *p, const struct blockid *ids, int n)
+{
+	for (int i = 0; i < n; i++) {
+		char path[PATH_MAX];
+
+		block_path(p, &ids[i], path, sizeof(path));
+		unlink(path);
+	}
+}
+
+/*
+ * Take expired blocks nobody reads out of the index, earliest deadline first, until `want`
+ * bytes are freed or max ids are collected into ids. Returns how many. p->lock held.
+ */
+static int take_expired(struct posix *p, int64_t now, struct blockid *ids, int max,
+			uint64_t *freed, uint64_t want)
+{
+	int n = 0;
+
+	while (n < max && *freed < want && dlheap_top(&p->deadlines) &&
+	       dlheap_top(&p->deadlines)->deadline <= now) {
+		struct dl_entry d = *dlheap_top(&p->deadlines);
+		struct idnode *x;
+
+		dlheap_pop(&p->deadlines);
+		x = idmap_find(&p->map, &d.id);
+		if (!x || PE(x)->deadline != d.deadline || PE(x)->opens)
+			continue; /* stale, or still read: removed when found again later */
+		*freed += PE(x)->phys;
+		ids[n++] = d.id;
+		counter_add(&p->expirations, 1);
+		index_del(p, PE(x));
+	}
+	return n;
+}
 
 /*
  * Make room for `need` more physical bytes: remove the coldest blocks that nobody reads,
@@ -257,31 +298,21 @@ static int make_room(struct posix *p, uint64_t need)
 		return 0;
 	}
 	want = p->phys_used + need - cap;
-	for (int pass = 0; pass < 2 && freed < want; pass++) {
-		struct pentry *e = p->lru.next, *next;
-
-		for (; e != &p->lru && freed < want && nv < 64; e = next) {
-			next = e->next;
-			if (e->opens || (pass == 0 && !is_expired(e->deadline, now)))
-				continue;
-			freed += e->phys;
-			victims[nv++] = e->node.id;
-			if (is_expired(e->deadline, now))
-				counter_add(&p->expirations, 1);
-			else
-				counter_add(&p->evictions, 1);
-			index_del(p, e);
-		}
+	nv = take_expired(p, now, victims, 64, &freed, want);
+	for (struct pentry *e = p->lru.next, *next; e != &p->lru && freed < want && nv < 64;
+	     e = next) {
+		next = e->next;
+		if (e->opens)
+			continue;
+		freed += e->phys;
+		victims[nv++] = e->node.id;
+		counter_add(&p->evictions, 1);
+		index_del(p, e);
 	}
 	if (freed < want)
 		rc = -ENOSPC;
 	pthread_mutex_unlock(&p->lock);
-	for (int i = 0; i < nv; i++) {
-		char path[PATH_MAX];
-
-		block_path(p, &victims[i], path, sizeof(path));
-		unlink(path);
-	}
+	unlink_blocks(p, victims, nv);
 	return rc;
 }
 
@@ -982,6 +1013,19 @@ static int posix_touch(struct tier *t, const struct blockid *id)
 	return n ? 0 : -ENOENT;
 }
 
+static void push_deadline(struct idnode *n, void *arg)
+{
+	if (PE(n)->deadline)
+		dlheap_push(arg, PE(n)->deadline, &n->id);
+}
+
+/* Drop the stale entries of the TTL index. p->lock held. */
+static void rebuild_deadlines(struct posix *p)
+{
+	dlheap_clear(&p->deadlines);
+	idmap_foreach_safe(&p->map, push_deadline, &p->deadlines);
+}
+
 static int posix_set_deadline(struct tier *t, const struct blockid *id, int64_t deadline)
 {
 	struct posix *p = posix_of(t);
@@ -1020,10 +1064,31 @@ static int posix_set_deadline(struct tier *t, const struct blockid *id, int64_t 
 	}
 	pthread_mutex_lock(&p->lock);
 	n = idmap_find(&p->map, id);
-	if (n)
+	if (n) {
 		PE(n)->deadline = deadline;
+		if (deadline)
+			dlheap_push(&p->deadlines, deadline, id);
+		if (p->deadlines.n > 2 * p->map.count + 64)
+			rebuild_deadlines(p);
+	}
 	pthread_mutex_unlock(&p->lock);
 	return n ? 0 : -ENOENT;
+}
+
+static void posix_sweep(struct tier *t)
+{
+	struct posix *p = posix_of(t);
+	struct blockid ids[64];
+	uint64_t freed;
+	int n;
+
+	do {
+		freed = 0;
+		pthread_mutex_lock(&p->lock);
+		n = take_expired(p, mono_ns(), ids, 64, &freed, UINT64_MAX);
+		pthread_mutex_unlock(&p->lock);
+		unlink_blocks(p, ids, n);
+	} while (n == 64);
 }
 
 static int posix_sync(struct tier *t, const struct blockid *id)
@@ -1128,6 +1193,7 @@ static void posix_destroy(struct tier *t)
 
 	idmap_foreach_safe(&p->map, drop_entry, &p->map);
 	idmap_destroy(&p->map);
+	dlheap_free(&p->deadlines);
 	if (p->lock_fd >= 0)
 		close(p->lock_fd);
 	pthread_mutex_destroy(&p->lock);
@@ -1209,6 +1275,7 @@ const struct tier_ops tier_posix_ops = {
 	.sync = posix_sync,
 	.list_shard = posix_list_shard,
 	.usage = posix_usage,
+	.sweep = posix_sweep,
 	.metrics = posix_metrics,
 };
 

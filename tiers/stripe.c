@@ -152,6 +152,15 @@ static int s_usage(struct tier *t, struct tier_usage *u)
 	return 0;
 }
 
+static void s_sweep(struct tier *t)
+{
+	struct stripe *s = st_of(t);
+
+	for (int i = 0; i < s->n; i++)
+		if (s->child[i]->ops->sweep)
+			s->child[i]->ops->sweep(s->child[i]);
+}
+
 static void s_metrics(struct tier *t, struct metrics *m)
 {
 	struct stripe *s = st_of(t);
@@ -191,6 +200,7 @@ const struct tier_ops tier_stripe_ops = {
 	.sync = s_sync,
 	.list_shard = s_list_shard,
 	.usage = s_usage,
+	.sweep = s_sweep,
 	.metrics = s_metrics,
 };
 

@@ -199,6 +199,9 @@ struct tier_ops {
 	/* Capacity and use. 0 */
 	int (*usage)(struct tier *t, struct tier_usage *u);
 
+	/* Reclaim the space of expired blocks now (a background sweep calls it). */
+	void (*sweep)(struct tier *t);
+
 	/* Finish all background work (dumps) before returning. */
 	void (*drain)(struct tier *t);
 
