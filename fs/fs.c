@@ -317,6 +317,7 @@ static int open_block(struct ucmfs *fs, struct inode *ino, int flags, struct fh 
 			/* a node id bound to an older version (replaced since the lookup) must not
 			 * get this version's pages in its cache: such a reader reads direct */
 			fh->uncached = !itable_bind(fs->itab, ino, a.mtime, &st);
+			fh->size = a.size;
 		}
 	} else {
 		if (flags & O_EXCL)
@@ -548,7 +549,6 @@ static void op_read(fuse_req_t req, fuse_ino_t nid, size_t size, off_t off,
 {
 	struct ucmfs *fs = fs_of(req);
 	struct fh *fh = fh_of(fi);
-	struct block_attr a;
 	const char *data;
 	char *buf;
 	ssize_t n;
@@ -572,12 +572,11 @@ static void op_read(fuse_req_t req, fuse_ino_t nid, size_t size, off_t off,
 	if (fh->kind == FH_READ) {
 		data = tier_data(fh->h);
 		if (data) {
-			/* straight from the pinned cache buffer */
-			fs->pipe->ops->stat(fh->h, &a);
-			if ((uint64_t)off >= a.size)
+			/* straight from the pinned cache buffer, no lock taken */
+			if ((uint64_t)off >= fh->size)
 				size = 0;
-			else if (size > a.size - (uint64_t)off)
-				size = (size_t)(a.size - (uint64_t)off);
+			else if (size > fh->size - (uint64_t)off)
+				size = (size_t)(fh->size - (uint64_t)off);
 			counter_add(&fs->read_bytes, size);
 			fuse_reply_buf(req, size ? data + off : NULL, size);
 			return;

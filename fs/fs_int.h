@@ -39,6 +39,7 @@ struct fh {
 					    NULL once committed (a later write starts another) */
 	int open_flags;
 	bool uncached;                   /* FH_READ of a newer version than its node id shows */
+	uint64_t size;                   /* FH_READ: the version's size (immutable) */
 	pthread_mutex_t lock;            /* FH_WRITE: serializes h changes */
 	char *text;                      /* FH_CTL: the file's contents at open */
 	size_t len;

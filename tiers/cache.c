@@ -58,11 +58,18 @@ struct cblock {
 	uint8_t state;           /* protected by c->lock */
 	bool dirty;              /* protected by c->lock */
 	bool in_policy;          /* protected by c->lock */
+	bool pool_sized;         /* its buffer came from the pool: keep its size */
 	void *data;              /* cap bytes; resized only by the reservation's owner */
 	uint64_t cap;            /* buffer bytes (the accounted size) */
 	uint64_t size;           /* logical size */
 	uint64_t version;
 	int64_t mtime, atime, deadline;
+};
+
+/* A free buffer in the pool: the list node lives in the buffer's first bytes. */
+struct pooled {
+	struct pooled *next;
+	uint64_t cap;
 };
 
 enum { H_READ, H_INTERNAL, H_WRITE };
@@ -85,6 +92,9 @@ struct cache {
 	uint64_t dirty_bytes;          /* protected by lock */
 	uint64_t dirty_blocks;         /* protected by lock */
 	uint64_t evictable_bytes;      /* sum of cap of the blocks in the policy; lock */
+	struct pooled *pool;           /* free buffers kept for reuse, newest first; lock */
+	uint64_t pool_bytes;           /* their size, part of used; protected by lock */
+	bool draining;                 /* make_room() is freeing: do not pool; lock */
 	uint64_t next_version;         /* protected by lock */
 	uint64_t pins;                 /* open readers of all blocks; protected by lock */
 	uint64_t reservations;         /* RESERVED cblocks; protected by lock */
@@ -155,30 +165,76 @@ static void policy_in(struct cache *c, struct cblock *b)
 	}
 }
 
-/* A list of cblocks whose buffers are freed once c->lock is dropped. */
+/* Buffers (and their cblocks) freed once c->lock is dropped. */
 struct freelist {
-	struct cblock *v[8];
+	struct {
+		struct cblock *b; /* may be NULL: a pooled buffer */
+		void *data;
+		uint64_t cap;
+	} v[8];
 	int n;
 };
 
-static void release_buffer(struct cache *c, struct cblock *b, struct freelist *fl)
+static bool freelist_full(const struct freelist *fl)
 {
-	c->used -= b->cap;
-	if (fl && fl->n < (int)(sizeof(fl->v) / sizeof(fl->v[0]))) {
-		fl->v[fl->n++] = b;
-	} else {
-		buf_free(b->data, b->cap);
-		free(b);
-	}
+	return fl->n == (int)(sizeof(fl->v) / sizeof(fl->v[0]));
 }
 
 static void freelist_run(struct freelist *fl)
 {
 	for (int i = 0; i < fl->n; i++) {
-		buf_free(fl->v[i]->data, fl->v[i]->cap);
-		free(fl->v[i]);
+		buf_free(fl->v[i].data, fl->v[i].cap);
+		free(fl->v[i].b);
 	}
 	fl->n = 0;
+}
+
+/* Give a buffer back to the system (later, if fl has room). c->lock held. */
+static void unmap_later(struct cache *c, struct cblock *b, void *data, uint64_t cap,
+			struct freelist *fl)
+{
+	c->used -= cap;
+	if (fl && !freelist_full(fl)) {
+		fl->v[fl->n].b = b;
+		fl->v[fl->n].data = data;
+		fl->v[fl->n].cap = cap;
+		fl->n++;
+	} else {
+		buf_free(data, cap);
+		free(b);
+	}
+}
+
+/* A freed block's buffer goes to the pool (its pages stay faulted in), unless make_room() is
+ * freeing memory right now. c->lock held. */
+static void release_buffer(struct cache *c, struct cblock *b, struct freelist *fl)
+{
+	if (!c->draining && b->data) {
+		struct pooled *p = b->data;
+
+		p->cap = b->cap;
+		p->next = c->pool;
+		c->pool = p;
+		c->pool_bytes += b->cap;
+		free(b);
+		return;
+	}
+	unmap_later(c, b, b->data, b->cap, fl);
+}
+
+/* Take a pooled buffer of exactly cap bytes, or (any_size) the newest one. c->lock held. */
+static struct pooled *pool_take(struct cache *c, uint64_t cap, bool any_size)
+{
+	for (struct pooled **pp = &c->pool; *pp; pp = &(*pp)->next) {
+		struct pooled *p = *pp;
+
+		if (p->cap == cap || any_size) {
+			*pp = p->next;
+			c->pool_bytes -= p->cap;
+			return p;
+		}
+	}
+	return NULL;
 }
 
 static void put_locked(struct cache *c, struct cblock *b, struct freelist *fl)
@@ -255,7 +311,7 @@ static void set_deadline_locked(struct cache *c, struct cblock *b, int64_t deadl
 /* Kill the expired blocks nobody holds, until fl is full (then call again). */
 static void expire_locked(struct cache *c, int64_t now, struct freelist *fl)
 {
-	while (fl->n < (int)(sizeof(fl->v) / sizeof(fl->v[0])) && dlheap_top(&c->deadlines) &&
+	while (!freelist_full(fl) && dlheap_top(&c->deadlines) &&
 	       dlheap_top(&c->deadlines)->deadline <= now) {
 		struct dl_entry e = *dlheap_top(&c->deadlines);
 		struct idnode *n;
@@ -273,17 +329,39 @@ static void expire_locked(struct cache *c, int64_t now, struct freelist *fl)
  * Make room for `need` more bytes: evict policy victims until used + need <= capacity.
  * Waits for dirty blocks to be cleaned (up to dirty_wait_ms). 0 or -ENOSPC.
  */
+static int make_room_draining(struct cache *c, uint64_t need, bool wait, struct freelist *fl);
+
 static int make_room(struct cache *c, uint64_t need, bool wait, struct freelist *fl)
+{
+	int rc = make_room_draining(c, need, wait, fl);
+
+	c->draining = false;
+	return rc;
+}
+
+static int make_room_draining(struct cache *c, uint64_t need, bool wait, struct freelist *fl)
 {
 	int64_t give_up = 0;
 
 	if (need > c->capacity)
 		return -ENOSPC;
-	while (c->used + need > c->capacity && fl->n < (int)(sizeof(fl->v) / sizeof(fl->v[0])) &&
+	c->draining = true;
+	/* free pooled buffers before anything that holds data */
+	while (c->used + need > c->capacity && c->pool) {
+		struct pooled *p = pool_take(c, 0, true);
+
+		if (freelist_full(fl)) {
+			pthread_mutex_unlock(&c->lock);
+			freelist_run(fl);
+			pthread_mutex_lock(&c->lock);
+		}
+		unmap_later(c, NULL, p, p->cap, fl);
+	}
+	while (c->used + need > c->capacity && !freelist_full(fl) &&
 	       dlheap_top(&c->deadlines) && dlheap_top(&c->deadlines)->deadline <= mono_ns()) {
 		/* expired blocks go before the policy is asked */
 		expire_locked(c, mono_ns(), fl);
-		if (fl->n == (int)(sizeof(fl->v) / sizeof(fl->v[0]))) {
+		if (freelist_full(fl)) {
 			pthread_mutex_unlock(&c->lock);
 			freelist_run(fl);
 			pthread_mutex_lock(&c->lock);
@@ -314,10 +392,12 @@ static int make_room(struct cache *c, uint64_t need, bool wait, struct freelist 
 			ts.tv_nsec -= 1000000000;
 		}
 		/* the buffers collected so far are freed before sleeping */
+		c->draining = false;
 		pthread_mutex_unlock(&c->lock);
 		freelist_run(fl);
 		pthread_mutex_lock(&c->lock);
 		pthread_cond_timedwait(&c->cleaned, &c->lock, &ts);
+		c->draining = true;
 	}
 	return 0;
 }
@@ -470,34 +550,49 @@ static int cache_reserve(struct tier *t, const struct blockid *id, unsigned flag
 	struct cache *c = cache_of(t);
 	struct freelist fl = { .n = 0 };
 	struct cblock *b = calloc(1, sizeof(*b));
-	struct chandle *h;
+	struct chandle *h = new_handle(c, b, H_WRITE);
 	uint64_t cap = buf_round(size_hint ? size_hint : 1);
-	int rc;
+	struct pooled *p;
+	int rc = 0;
 
-	if (!b)
-		return -ENOMEM;
-	h = new_handle(c, b, H_WRITE);
-	b->data = buf_alloc(cap);
-	if (!h || !b->data) {
-		buf_free(b->data, cap);
-		free(h);
+	if (!b || !h) {
 		free(b);
+		free(h);
 		return -ENOMEM;
 	}
 	b->node.id = *id;
-	b->cap = cap;
 	b->refs = 1;
 	b->state = CB_RESERVED;
 	pthread_mutex_lock(&c->lock);
-	rc = make_room(c, cap, !(flags & TIER_RESERVE_NOWAIT), &fl);
-	if (rc == 0) {
-		c->used += cap;
-		c->reservations++;
+	/* a size hint takes a pooled buffer of that size; without one (most blocks of a
+	 * deployment have one size) the newest pooled buffer, grown if need be */
+	p = pool_take(c, cap, size_hint == 0);
+	if (p) {
+		b->data = p;
+		b->cap = p->cap;
+		b->pool_sized = true;
+	} else {
+		rc = make_room(c, cap, !(flags & TIER_RESERVE_NOWAIT), &fl);
+		if (rc == 0) {
+			c->used += cap;
+			b->cap = cap;
+		}
 	}
+	if (rc == 0)
+		c->reservations++;
 	pthread_mutex_unlock(&c->lock);
 	freelist_run(&fl);
+	if (rc == 0 && !b->data) {
+		b->data = buf_alloc(cap);
+		if (!b->data) {
+			pthread_mutex_lock(&c->lock);
+			c->used -= cap;
+			c->reservations--;
+			pthread_mutex_unlock(&c->lock);
+			rc = -ENOMEM;
+		}
+	}
 	if (rc) {
-		buf_free(b->data, cap);
 		free(h);
 		free(b);
 		return rc;
@@ -594,8 +689,10 @@ static int cache_commit(struct tier_handle *th, const struct block_meta *meta, u
 			return -ENOSPC;
 		}
 	}
-	/* give back the slack of geometric growth before the block goes live */
-	if (buf_round(meta->size ? meta->size : 1) < b->cap)
+	/* give back the slack of geometric growth before the block goes live; a pooled
+	 * buffer a little larger than the block is kept whole, to be pooled again */
+	if (buf_round(meta->size ? meta->size : 1) < b->cap &&
+	    !(b->pool_sized && buf_round(meta->size) + b->cap / 4 >= b->cap))
 		resize_reservation(c, b, meta->size);
 	if (rd) {
 		r = new_handle(c, b, H_INTERNAL);
@@ -790,7 +887,7 @@ static int cache_usage(struct tier *t, struct tier_usage *u)
 
 	pthread_mutex_lock(&c->lock);
 	u->capacity = c->capacity;
-	u->used = c->used;
+	u->used = c->used - c->pool_bytes; /* pooled buffers hold no block */
 	u->blocks = c->map.count;
 	u->dirty_blocks = c->dirty_blocks;
 	u->fs_free = 0;
@@ -807,7 +904,7 @@ static void cache_sweep(struct tier *t)
 	for (bool more = true; more;) {
 		pthread_mutex_lock(&c->lock);
 		expire_locked(c, mono_ns(), &fl);
-		more = fl.n == (int)(sizeof(fl.v) / sizeof(fl.v[0]));
+		more = freelist_full(&fl);
 		pthread_mutex_unlock(&c->lock);
 		freelist_run(&fl);
 	}
@@ -817,11 +914,12 @@ static void cache_metrics(struct tier *t, struct metrics *m)
 {
 	struct cache *c = cache_of(t);
 	const char *l = "tier=\"mem\"";
-	uint64_t blocks, used, dirty, pins, resv;
+	uint64_t blocks, used, dirty, pins, resv, pooled;
 
 	pthread_mutex_lock(&c->lock);
 	blocks = c->map.count;
-	used = c->used;
+	used = c->used - c->pool_bytes;
+	pooled = c->pool_bytes;
 	dirty = c->dirty_blocks;
 	pins = c->pins;
 	resv = c->reservations;
@@ -841,11 +939,25 @@ static void cache_metrics(struct tier *t, struct metrics *m)
 	metrics_gauge(m, "ucmfs_tier_bytes", "Bytes the tier holds.", l, (double)used);
 	metrics_gauge(m, "ucmfs_tier_capacity_bytes", "Capacity of the tier.", l,
 		      (double)c->capacity);
+	metrics_gauge(m, "ucmfs_mem_pooled_bytes",
+		      "Free block buffers kept for reuse (within the capacity).", "",
+		      (double)pooled);
 	metrics_gauge(m, "ucmfs_mem_dirty_blocks", "Blocks in memory not yet safe on disk.", "",
 		      (double)dirty);
 	metrics_gauge(m, "ucmfs_pins", "Open readers of blocks in memory.", "", (double)pins);
 	metrics_gauge(m, "ucmfs_reservations", "Blocks being written in memory.", "",
 		      (double)resv);
+}
+
+static void drop_pool(struct cache *c)
+{
+	while (c->pool) {
+		struct pooled *p = c->pool;
+
+		c->pool = p->next;
+		buf_free(p, p->cap);
+	}
+	c->pool_bytes = 0;
 }
 
 static void drop_one(struct idnode *n, void *arg)
@@ -864,6 +976,7 @@ static void cache_destroy(struct tier *t)
 
 	idmap_foreach_safe(&c->map, drop_one, c);
 	idmap_destroy(&c->map);
+	drop_pool(c);
 	dlheap_free(&c->deadlines);
 	c->pol->destroy(c->pol_priv);
 	pthread_cond_destroy(&c->cleaned);

@@ -264,6 +264,24 @@ static int pipe_open(struct tier *t, const struct blockid *id, unsigned flags,
 	return 0;
 }
 
+/* A writer reads zeros where nothing was written (a reused buffer holds older bytes). */
+static void zero_unwritten(const struct session *s, char *buf, size_t len, uint64_t off)
+{
+	uint64_t pos = off, end = off + len;
+
+	for (uint32_t i = 0; i <= s->ext.n && pos < end; i++) {
+		uint64_t gap_end = i < s->ext.n ? s->ext.v[i].start : end;
+
+		if (gap_end > pos) {
+			uint64_t e = gap_end < end ? gap_end : end;
+
+			memset(buf + (pos - off), 0, e - pos);
+		}
+		if (i < s->ext.n && s->ext.v[i].end > pos)
+			pos = s->ext.v[i].end;
+	}
+}
+
 static ssize_t pipe_read(struct tier_handle *th, void *buf, size_t len, uint64_t off)
 {
 	struct pphandle *h = (struct pphandle *)th;
@@ -274,6 +292,8 @@ static ssize_t pipe_read(struct tier_handle *th, void *buf, size_t len, uint64_t
 		return tier_read(h->in, buf, len, off);
 	pthread_mutex_lock(&s->lock);
 	n = s->res ? tier_read(s->res, buf, len, off) : s->err;
+	if (n > 0)
+		zero_unwritten(s, buf, (size_t)n, off);
 	pthread_mutex_unlock(&s->lock);
 	return n;
 }
@@ -726,6 +746,7 @@ static int dump(struct pipeline *p, struct tier_handle *rd, const struct blockid
 	if (rc == 0) {
 		pthread_mutex_lock(st);
 		if (p->cache->ops->lookup(p->cache, id, &cur) == 0 && cur.version == version) {
+			m.deadline = cur.deadline; /* a TTL set while we wrote (under this stripe) */
 			rc = p->below->ops->commit(lres, &m, flags, NULL);
 			if (rc == 0)
 				p->cache->ops->mark_clean(p->cache, id, version);
@@ -891,14 +912,18 @@ static int pipe_touch(struct tier *t, const struct blockid *id)
 static int pipe_set_deadline(struct tier *t, const struct blockid *id, int64_t deadline)
 {
 	struct pipeline *p = pipe_of(t);
+	pthread_mutex_t *st = stripe_of(p, id);
 	int a = -ENOENT, b = -ENOENT;
 
 	if (pipe_lookup(t, id, NULL))
 		return -ENOENT;
+	/* under the stripe, so that a dump publishing this block below carries the new deadline */
+	pthread_mutex_lock(st);
 	if (p->cache)
 		a = p->cache->ops->set_deadline(p->cache, id, deadline);
 	if (p->below)
 		b = p->below->ops->set_deadline(p->below, id, deadline);
+	pthread_mutex_unlock(st);
 	if (b && b != -ENOENT)
 		return b;
 	return a == 0 || b == 0 ? 0 : -ENOENT;
