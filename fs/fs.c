@@ -570,15 +570,15 @@ static void op_read(fuse_req_t req, fuse_ino_t nid, size_t size, off_t off,
 		return;
 	}
 	if (fh->kind == FH_READ) {
-		data = tier_data(fh->h);
-		if (data) {
-			/* straight from the pinned cache buffer, no lock taken */
-			if ((uint64_t)off >= fh->size)
-				size = 0;
-			else if (size > fh->size - (uint64_t)off)
-				size = (size_t)(fh->size - (uint64_t)off);
+		if ((uint64_t)off >= fh->size)
+			size = 0;
+		else if (size > fh->size - (uint64_t)off)
+			size = (size_t)(fh->size - (uint64_t)off);
+		/* straight from the memory tier's buffer (fetched from disk first if need be) */
+		data = size ? fs->pipe->ops->map(fh->h, (uint64_t)off, size) : NULL;
+		if (data || size == 0) {
 			counter_add(&fs->read_bytes, size);
-			fuse_reply_buf(req, size ? data + off : NULL, size);
+			fuse_reply_buf(req, data, size);
 			return;
 		}
 	}

@@ -7,12 +7,10 @@ static size_t mapped_len(size_t size)
 	return buf_round(size ? size : 1);
 }
 
-void *buf_alloc(size_t size)
+void *buf_alloc(size_t size, bool populate)
 {
-	/* populated by the kernel in one go: cheaper than a fault per page on first write */
 	void *p = mmap(NULL, mapped_len(size), PROT_READ | PROT_WRITE,
-		       MAP_PRIVATE | MAP_ANONYMOUS | (size >= (64u << 10) ? MAP_POPULATE : 0), -1,
-		       0);
+		       MAP_PRIVATE | MAP_ANONYMOUS | (populate ? MAP_POPULATE : 0), -1, 0);
 
 	return p == MAP_FAILED ? NULL : p;
 }
@@ -22,7 +20,7 @@ void *buf_resize(void *p, size_t old_size, size_t new_size)
 	void *q;
 
 	if (!p)
-		return buf_alloc(new_size);
+		return buf_alloc(new_size, false);
 	if (mapped_len(old_size) == mapped_len(new_size))
 		return p;
 	q = mremap(p, mapped_len(old_size), mapped_len(new_size), MREMAP_MAYMOVE);

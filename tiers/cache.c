@@ -583,7 +583,9 @@ static int cache_reserve(struct tier *t, const struct blockid *id, unsigned flag
 	pthread_mutex_unlock(&c->lock);
 	freelist_run(&fl);
 	if (rc == 0 && !b->data) {
-		b->data = buf_alloc(cap);
+		/* a writer fills it all soon: fault it in at once; a load (NOWAIT) wants its
+		 * first piece fast and faults pages in as pieces arrive */
+		b->data = buf_alloc(cap, cap >= (64u << 10) && !(flags & TIER_RESERVE_NOWAIT));
 		if (!b->data) {
 			pthread_mutex_lock(&c->lock);
 			c->used -= cap;
@@ -673,6 +675,15 @@ static int cache_truncate(struct tier_handle *th, uint64_t size)
 	return 0;
 }
 
+/* A commit that publishes nothing: a load offered (TIER_COMMIT_LOADED) stays with its caller,
+ * who still reads its bytes; any other reservation is dropped. */
+static int commit_failed(struct tier_handle *th, unsigned flags, int rc)
+{
+	if (!(flags & TIER_COMMIT_LOADED))
+		tier_cache_ops.abort(th);
+	return rc;
+}
+
 static int cache_commit(struct tier_handle *th, const struct block_meta *meta, unsigned flags,
 			struct tier_handle **rd)
 {
@@ -684,10 +695,8 @@ static int cache_commit(struct tier_handle *th, const struct block_meta *meta, u
 
 	if (meta->size > b->cap) {
 		cache_truncate(th, meta->size); /* zero-filled growth: only for an empty tail */
-		if (meta->size > b->cap) {
-			tier_cache_ops.abort(th);
-			return -ENOSPC;
-		}
+		if (meta->size > b->cap)
+			return commit_failed(th, flags, -ENOSPC);
 	}
 	/* give back the slack of geometric growth before the block goes live; a pooled
 	 * buffer a little larger than the block is kept whole, to be pooled again */
@@ -696,20 +705,17 @@ static int cache_commit(struct tier_handle *th, const struct block_meta *meta, u
 		resize_reservation(c, b, meta->size);
 	if (rd) {
 		r = new_handle(c, b, H_INTERNAL);
-		if (!r) {
-			tier_cache_ops.abort(th);
-			return -ENOMEM;
-		}
+		if (!r)
+			return commit_failed(th, flags, -ENOMEM);
 	}
 	pthread_mutex_lock(&c->lock);
 	c->reservations--;
 	old = find_live(c, &b->node.id, &fl);
 	if (old && (flags & TIER_COMMIT_LOADED)) {
-		c->reservations++; /* abort below counts it out */
+		c->reservations++; /* still a reservation, the caller's */
 		pthread_mutex_unlock(&c->lock);
 		freelist_run(&fl);
 		free(r);
-		tier_cache_ops.abort(th);
 		return -EEXIST;
 	}
 	if (old)
@@ -723,13 +729,12 @@ static int cache_commit(struct tier_handle *th, const struct block_meta *meta, u
 	if (idmap_insert(&c->map, &b->node)) {
 		/* no memory for the shard's first table: the block cannot be published */
 		b->dirty = false;
-		b->state = CB_DEAD;
-		put_locked(c, b, &fl);
+		b->state = CB_RESERVED;
+		c->reservations++;
 		pthread_mutex_unlock(&c->lock);
 		freelist_run(&fl);
 		free(r);
-		free(h);
-		return -ENOMEM;
+		return commit_failed(th, flags, -ENOMEM);
 	}
 	if (b->dirty) {
 		c->dirty_bytes += b->cap;

@@ -535,6 +535,16 @@ static ssize_t c_read(struct tier_handle *th, void *buf, size_t len, uint64_t of
 	return (ssize_t)len;
 }
 
+static int c_layout(struct tier_handle *th, struct block_layout *out)
+{
+	struct chandle *h = (struct chandle *)th;
+
+	if (h->writer)
+		return -EINVAL;
+	*out = ((struct crh *)th)->lay;
+	return 0;
+}
+
 static int c_stat(struct tier_handle *th, struct block_attr *attr)
 {
 	struct chandle *h = (struct chandle *)th;
@@ -650,6 +660,7 @@ const struct tier_ops tier_compress_ops = {
 	.lookup = c_lookup,
 	.open = c_open,
 	.read = c_read,
+	.layout = c_layout,
 	.stat = c_stat,
 	.close = c_close,
 	.reserve = c_reserve,

@@ -30,8 +30,6 @@
  * Locks and order: p->lock (sessions map) -> session lock -> stripe -> tier locks.
  * p->lock is never held across a tier call that can wait. Worker threads own dump jobs.
  */
-#include "tiers/pipeline.h"
-
 #include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -40,21 +38,13 @@
 #include <unistd.h>
 
 #include "src/clock.h"
-#include "src/extents.h"
-#include "src/idmap.h"
 #include "src/log.h"
-#include "src/metrics.h"
 #include "src/units.h"
 #include "tiers/cache.h"
 #include "tiers/compress.h"
+#include "tiers/pipeline_int.h"
 #include "tiers/posix.h"
 #include "tiers/stripe.h"
-
-#define NSTRIPES 64
-#define MAX_DUMP_THREADS 8
-#define COPY_CHUNK (1u << 20)
-#define DUMP_RETRIES 3
-#define SWEEP_MS 1000
 
 struct session {
 	struct idnode node;          /* in p->sessions while writers may join */
@@ -71,67 +61,7 @@ struct session {
 };
 
 #define NO_SIZE UINT64_MAX
-
-enum { PH_READ, PH_WRITE };
-
-struct pphandle {
-	struct tier_handle base;
-	int kind;
-	struct tier_handle *in;      /* PH_READ: the cache's or below's handle */
-	struct session *s;           /* PH_WRITE */
-};
-
-struct dump_job {
-	struct dump_job *next;
-	struct tier_handle *rd;      /* internal reference to the cache's committed version */
-	struct blockid id;
-	uint64_t version;
-	int attempts;
-};
-
-struct pipeline {
-	struct tier tier;
-	struct tier *cache, *below;
-	uint64_t limit;              /* largest block: block_size or max_block */
-	uint64_t block_size;
-	int64_t default_ttl_ms;
-	bool durable;
-
-	pthread_mutex_t lock;
-	struct idmap sessions;       /* protected by lock */
-
-	pthread_mutex_t stripe[NSTRIPES];
-
-	pthread_mutex_t qlock;
-	pthread_cond_t qcond;        /* work queued, or stop (dump workers only wait on it:
-					a signal must wake a worker) */
-	pthread_cond_t qidle;        /* a job finished */
-	struct dump_job *qhead, *qtail; /* protected by qlock */
-	unsigned queued, running;    /* protected by qlock */
-	bool stop;                   /* protected by qlock */
-	unsigned nthreads;
-	pthread_t threads[MAX_DUMP_THREADS];
-	pthread_t sweeper;           /* reclaims expired blocks every SWEEP_MS */
-	pthread_cond_t sweep_cond;   /* wakes the sweeper to stop (its own: see qcond) */
-	bool started, sweeping;
-
-	atomic_uint_fast64_t commits_ok, commits_incomplete, commits_failed;
-	atomic_uint_fast64_t dumps, dump_errors, loads, load_errors, spills, streamed;
-	struct histogram load_hist, dump_hist;
-	_Atomic int64_t last_commit; /* see commit_time() */
-};
-
 #define SESSION(n) ((struct session *)((char *)(n) - offsetof(struct session, node)))
-
-static struct pipeline *pipe_of(struct tier *t)
-{
-	return t->priv;
-}
-
-static pthread_mutex_t *stripe_of(struct pipeline *p, const struct blockid *id)
-{
-	return &p->stripe[blockid_hash(id) % NSTRIPES];
-}
 
 static int64_t deadline_from_ttl(int64_t ttl_ms)
 {
@@ -176,68 +106,6 @@ static struct pphandle *wrap(struct pipeline *p, int kind)
 	return h;
 }
 
-/*
- * Load id from below into the cache and return a handle on the cached version (pinned
- * unless internal), or a handle that streams from below if the cache has no room now.
- */
-static int load(struct pipeline *p, const struct blockid *id, unsigned flags,
-		struct tier_handle **out)
-{
-	struct tier_handle *lh, *r, *rd = NULL;
-	struct block_attr a, now;
-	int64_t t0 = mono_ns();
-	void *buf;
-	ssize_t n;
-	int rc;
-
-	rc = p->below->ops->open(p->below, id, 0, &lh);
-	if (rc)
-		return rc;
-	p->below->ops->stat(lh, &a);
-	if (!p->cache ||
-	    p->cache->ops->reserve(p->cache, id, TIER_RESERVE_NOWAIT, a.size, &r)) {
-		atomic_fetch_add(&p->streamed, 1);
-		*out = lh;
-		return 0;
-	}
-	rc = p->cache->ops->truncate(r, a.size);
-	buf = (void *)tier_data(r);
-	n = rc ? rc : tier_read(lh, buf, a.size, 0);
-	if (n != (ssize_t)a.size) {
-		p->cache->ops->abort(r);
-		tier_close(lh);
-		atomic_fetch_add(&p->load_errors, 1);
-		return n < 0 ? (int)n : -EIO;
-	}
-	pthread_mutex_lock(stripe_of(p, id));
-	if (p->below->ops->lookup(p->below, id, &now) == 0 && now.version == a.version) {
-		struct block_meta m = { .size = a.size, .mtime = a.mtime, .deadline = a.deadline,
-					.layout = NULL };
-		unsigned cf = TIER_COMMIT_LOADED | ((flags & TIER_OPEN_INTERNAL) ? 0 : TIER_COMMIT_PIN);
-
-		rc = p->cache->ops->commit(r, &m, cf, &rd);
-	} else {
-		p->cache->ops->abort(r);
-		rc = -EAGAIN; /* replaced or removed while we read it */
-	}
-	pthread_mutex_unlock(stripe_of(p, id));
-	if (rc == 0) {
-		atomic_fetch_add(&p->loads, 1);
-		histogram_observe(&p->load_hist, mono_ns() - t0);
-		tier_close(lh);
-		*out = rd;
-		return 0;
-	}
-	if (rc == -EEXIST) {
-		/* another reader loaded it first */
-		tier_close(lh);
-		return -EAGAIN;
-	}
-	/* cannot admit it: serve the bytes we verified from below */
-	*out = lh;
-	return 0;
-}
-
 static int pipe_open(struct tier *t, const struct blockid *id, unsigned flags,
 		     struct tier_handle **out)
 {
@@ -252,9 +120,20 @@ static int pipe_open(struct tier *t, const struct blockid *id, unsigned flags,
 			rc = p->cache->ops->open(p->cache, id, flags, &h->in);
 		if (rc == 0 || !p->below)
 			break;
-		rc = load(p, id, flags, &h->in);
-		if (rc != -EAGAIN)
+		rc = load_open(p, id, &h->ld, &h->in);
+		if (rc || h->in)
+			break; /* an error, or reading straight from below */
+		if (!(flags & TIER_OPEN_INTERNAL)) {
+			h->kind = PH_LOADING; /* reads fetch what they need as it arrives */
 			break;
+		}
+		/* the daemon's own opens (prefetch, replacement) want the block in memory */
+		rc = load_start(p, h->ld);
+		load_put(p, h->ld);
+		h->ld = NULL;
+		if (rc)
+			break;
+		rc = -ENOENT;
 	}
 	if (rc) {
 		free(h);
@@ -290,6 +169,8 @@ static ssize_t pipe_read(struct tier_handle *th, void *buf, size_t len, uint64_t
 
 	if (h->kind == PH_READ)
 		return tier_read(h->in, buf, len, off);
+	if (h->kind == PH_LOADING)
+		return load_read(pipe_of(th->tier), h->ld, buf, len, off);
 	pthread_mutex_lock(&s->lock);
 	n = s->res ? tier_read(s->res, buf, len, off) : s->err;
 	if (n > 0)
@@ -302,7 +183,20 @@ static const void *pipe_data(struct tier_handle *th)
 {
 	struct pphandle *h = (struct pphandle *)th;
 
+	if (h->kind == PH_LOADING)
+		return load_data(h->ld);
 	return h->kind == PH_READ ? tier_data(h->in) : NULL;
+}
+
+static const void *pipe_map(struct tier_handle *th, uint64_t off, size_t len)
+{
+	struct pphandle *h = (struct pphandle *)th;
+	const char *d;
+
+	if (h->kind == PH_LOADING)
+		return load_map(pipe_of(th->tier), h->ld, off, len);
+	d = h->kind == PH_READ ? tier_data(h->in) : NULL;
+	return d ? d + off : NULL;
 }
 
 static uint64_t session_size(const struct session *s)
@@ -318,6 +212,10 @@ static int pipe_stat(struct tier_handle *th, struct block_attr *attr)
 
 	if (h->kind == PH_READ)
 		return h->in->tier->ops->stat(h->in, attr);
+	if (h->kind == PH_LOADING) {
+		load_stat(h->ld, attr);
+		return 0;
+	}
 	memset(attr, 0, sizeof(*attr));
 	pthread_mutex_lock(&h->s->lock);
 	attr->size = session_size(h->s);
@@ -331,7 +229,10 @@ static void pipe_close(struct tier_handle *th)
 {
 	struct pphandle *h = (struct pphandle *)th;
 
-	tier_close(h->in);
+	if (h->kind == PH_LOADING)
+		load_put(pipe_of(th->tier), h->ld);
+	else
+		tier_close(h->in);
 	free(h);
 }
 
@@ -589,9 +490,6 @@ static bool complete(const struct pipeline *p, const struct session *s, uint64_t
 	return extents_cover(&s->ext, *size);
 }
 
-static int dump(struct pipeline *p, struct tier_handle *rd, const struct blockid *id,
-		uint64_t version, unsigned flags);
-
 /* The commit time of a new version: the wall clock, but strictly increasing, so that the
  * commit time also tells versions of one id apart (it survives a trip through disk). */
 static int64_t commit_time(struct pipeline *p)
@@ -602,9 +500,6 @@ static int64_t commit_time(struct pipeline *p)
 		;
 	return now > last ? now : last + 1;
 }
-
-static void enqueue_dump(struct pipeline *p, struct tier_handle *rd, const struct blockid *id,
-			 uint64_t version);
 
 /* Publish a complete session (locked, no writer left). */
 static int publish(struct pipeline *p, struct session *s, uint64_t size)
@@ -708,179 +603,9 @@ static void pipe_abort(struct tier_handle *th)
 	free(h);
 }
 
-/* --- dumps ------------------------------------------------------------------------------- */
-
-/*
- * Write the cache's committed version `version` of id below, then mark it clean. Consumes rd.
- * 0; -ESTALE if it was replaced or removed meanwhile (nothing to do); or the tier's error.
- */
-static int dump(struct pipeline *p, struct tier_handle *rd, const struct blockid *id,
-		uint64_t version, unsigned flags)
-{
-	struct tier_handle *lres;
-	struct block_attr a, cur;
-	struct block_meta m;
-	pthread_mutex_t *st = stripe_of(p, id);
-	const char *data = tier_data(rd);
-	int64_t t0 = mono_ns();
-	int rc;
-
-	p->cache->ops->stat(rd, &a);
-	m.size = a.size;
-	m.mtime = a.mtime;
-	m.deadline = a.deadline;
-	m.layout = NULL;
-	rc = p->below->ops->reserve(p->below, id, TIER_RESERVE_SEQ, a.size, &lres);
-	for (uint64_t off = 0; rc == 0 && off < a.size;) {
-		size_t len = a.size - off > COPY_CHUNK ? COPY_CHUNK : (size_t)(a.size - off);
-		ssize_t n = p->below->ops->write(lres, data + off, len, off);
-
-		if (n < 0) {
-			rc = (int)n;
-			p->below->ops->abort(lres);
-		}
-		off += len;
-	}
-	if (rc == 0 && a.size == 0)
-		rc = p->below->ops->truncate(lres, 0);
-	if (rc == 0) {
-		pthread_mutex_lock(st);
-		if (p->cache->ops->lookup(p->cache, id, &cur) == 0 && cur.version == version) {
-			m.deadline = cur.deadline; /* a TTL set while we wrote (under this stripe) */
-			rc = p->below->ops->commit(lres, &m, flags, NULL);
-			if (rc == 0)
-				p->cache->ops->mark_clean(p->cache, id, version);
-		} else {
-			p->below->ops->abort(lres);
-			rc = -ESTALE;
-		}
-		pthread_mutex_unlock(st);
-	}
-	tier_close(rd);
-	if (rc == 0) {
-		atomic_fetch_add(&p->dumps, 1);
-		histogram_observe(&p->dump_hist, mono_ns() - t0);
-	}
-	return rc == -ESTALE ? 0 : rc;
-}
-
-static void enqueue_dump(struct pipeline *p, struct tier_handle *rd, const struct blockid *id,
-			 uint64_t version)
-{
-	struct dump_job *j = calloc(1, sizeof(*j));
-
-	if (!j || !p->started) {
-		/* no worker (or no memory for the job): write it now */
-		free(j);
-		dump(p, rd, id, version, 0);
-		return;
-	}
-	j->rd = rd;
-	j->id = *id;
-	j->version = version;
-	pthread_mutex_lock(&p->qlock);
-	if (p->qtail)
-		p->qtail->next = j;
-	else
-		p->qhead = j;
-	p->qtail = j;
-	p->queued++;
-	pthread_cond_signal(&p->qcond);
-	pthread_mutex_unlock(&p->qlock);
-}
-
-static void *dump_worker(void *arg)
-{
-	struct pipeline *p = arg;
-
-	pthread_mutex_lock(&p->qlock);
-	for (;;) {
-		struct dump_job *j = p->qhead;
-		struct tier_handle *again = NULL;
-		int rc;
-
-		if (!j) {
-			if (p->stop)
-				break;
-			pthread_cond_wait(&p->qcond, &p->qlock);
-			continue;
-		}
-		p->qhead = j->next;
-		if (!p->qhead)
-			p->qtail = NULL;
-		p->queued--;
-		p->running++;
-		pthread_mutex_unlock(&p->qlock);
-
-		/* keep a second reference in case the dump fails and is tried again */
-		if (j->attempts + 1 < DUMP_RETRIES && p->cache->ops->open(p->cache, &j->id,
-									  TIER_OPEN_INTERNAL, &again))
-			again = NULL;
-		rc = dump(p, j->rd, &j->id, j->version, 0);
-		if (rc && again) {
-			atomic_fetch_add(&p->dump_errors, 1);
-			log_warn("writing a block to disk failed (%s); trying again", strerror(-rc));
-			usleep(100000);
-			j->rd = again;
-			j->attempts++;
-			j->next = NULL;
-		} else {
-			if (rc) {
-				atomic_fetch_add(&p->dump_errors, 1);
-				log_err("writing a block to disk failed (%s); it stays in memory only",
-					strerror(-rc));
-			}
-			tier_close(again);
-			free(j);
-			j = NULL;
-		}
-		pthread_mutex_lock(&p->qlock);
-		p->running--;
-		if (j) {
-			if (p->qtail)
-				p->qtail->next = j;
-			else
-				p->qhead = j;
-			p->qtail = j;
-			p->queued++;
-		}
-		pthread_cond_broadcast(&p->qidle);
-	}
-	pthread_mutex_unlock(&p->qlock);
-	return NULL;
-}
-
-static void *sweep_worker(void *arg)
-{
-	struct pipeline *p = arg;
-	struct timespec ts;
-
-	pthread_mutex_lock(&p->qlock);
-	while (!p->stop) {
-		clock_gettime(CLOCK_REALTIME, &ts);
-		ts.tv_sec += SWEEP_MS / 1000;
-		pthread_cond_timedwait(&p->sweep_cond, &p->qlock, &ts);
-		if (p->stop)
-			break;
-		pthread_mutex_unlock(&p->qlock);
-		if (p->cache && p->cache->ops->sweep)
-			p->cache->ops->sweep(p->cache);
-		if (p->below && p->below->ops->sweep)
-			p->below->ops->sweep(p->below);
-		pthread_mutex_lock(&p->qlock);
-	}
-	pthread_mutex_unlock(&p->qlock);
-	return NULL;
-}
-
 static void pipe_drain(struct tier *t)
 {
-	struct pipeline *p = pipe_of(t);
-
-	pthread_mutex_lock(&p->qlock);
-	while (p->queued || p->running)
-		pthread_cond_wait(&p->qidle, &p->qlock);
-	pthread_mutex_unlock(&p->qlock);
+	jobs_drain(pipe_of(t));
 }
 
 /* --- other ops --------------------------------------------------------------------------- */
@@ -949,21 +674,12 @@ static int pipe_sync(struct tier *t, const struct blockid *id)
 	struct pipeline *p = pipe_of(t);
 	struct tier_handle *rd;
 	struct block_attr a;
-	bool idle;
 	int rc;
 
 	if (!p->below)
 		return pipe_lookup(t, id, NULL);
-	/* wait until the live version is no longer dirty: its dump finished */
+	/* the live version is safe below once it is clean: write it now if it is not */
 	while (p->cache && p->cache->ops->lookup(p->cache, id, &a) == 0 && a.dirty) {
-		pthread_mutex_lock(&p->qlock);
-		idle = !p->queued && !p->running;
-		if (!idle)
-			pthread_cond_wait(&p->qidle, &p->qlock);
-		pthread_mutex_unlock(&p->qlock);
-		if (!idle)
-			continue;
-		/* dirty with no dump under way (not queued yet, or it failed): write it now */
 		if (p->cache->ops->open(p->cache, id, TIER_OPEN_INTERNAL, &rd))
 			continue;
 		rc = dump(p, rd, id, a.version, 0);
@@ -1038,21 +754,11 @@ static void pipe_destroy(struct tier *t)
 {
 	struct pipeline *p = pipe_of(t);
 
-	if (p->started || p->sweeping) {
-		pipe_drain(t);
-		pthread_mutex_lock(&p->qlock);
-		p->stop = true;
-		pthread_cond_broadcast(&p->qcond);
-		pthread_cond_broadcast(&p->sweep_cond);
-		pthread_mutex_unlock(&p->qlock);
-		for (unsigned i = 0; p->started && i < p->nthreads; i++)
-			pthread_join(p->threads[i], NULL);
-		if (p->sweeping)
-			pthread_join(p->sweeper, NULL);
-	}
+	jobs_stop(p);
 	tier_destroy(p->cache);
 	tier_destroy(p->below);
 	idmap_destroy(&p->sessions);
+	idmap_destroy(&p->loading);
 	for (int i = 0; i < NSTRIPES; i++)
 		pthread_mutex_destroy(&p->stripe[i]);
 	pthread_mutex_destroy(&p->lock);
@@ -1105,6 +811,7 @@ const struct tier_ops tier_pipeline_ops = {
 	.open = pipe_open,
 	.read = pipe_read,
 	.data = pipe_data,
+	.map = pipe_map,
 	.stat = pipe_stat,
 	.close = pipe_close,
 	.reserve = pipe_reserve,
@@ -1137,9 +844,7 @@ void pipeline_counters(struct tier *t, struct pipeline_counters *out)
 	out->load_errors = atomic_load(&p->load_errors);
 	out->spills = atomic_load(&p->spills);
 	out->streamed_opens = atomic_load(&p->streamed);
-	pthread_mutex_lock(&p->qlock);
-	out->dump_queue = p->queued + p->running;
-	pthread_mutex_unlock(&p->qlock);
+	out->dump_queue = jobs_pending(p);
 }
 
 int pipeline_create(const struct pipeline_config *cfg, struct tier **out)
@@ -1158,8 +863,7 @@ int pipeline_create(const struct pipeline_config *cfg, struct tier **out)
 	p->default_ttl_ms = cfg->default_ttl_ms;
 	p->durable = cfg->durable;
 	p->nthreads = cfg->dump_threads < 1 ? 1
-		      : cfg->dump_threads > MAX_DUMP_THREADS ? MAX_DUMP_THREADS
-							     : cfg->dump_threads;
+		      : cfg->dump_threads > MAX_WORKERS ? MAX_WORKERS : cfg->dump_threads;
 	pthread_mutex_init(&p->lock, NULL);
 	for (int i = 0; i < NSTRIPES; i++)
 		pthread_mutex_init(&p->stripe[i], NULL);
@@ -1168,6 +872,7 @@ int pipeline_create(const struct pipeline_config *cfg, struct tier **out)
 	pthread_cond_init(&p->qidle, NULL);
 	pthread_cond_init(&p->sweep_cond, NULL);
 	idmap_init(&p->sessions);
+	idmap_init(&p->loading);
 	p->tier.ops = &tier_pipeline_ops;
 	p->tier.priv = p;
 	*out = &p->tier;
@@ -1176,23 +881,7 @@ int pipeline_create(const struct pipeline_config *cfg, struct tier **out)
 
 int pipeline_start(struct tier *t)
 {
-	struct pipeline *p = pipe_of(t);
-
-	if (pthread_create(&p->sweeper, NULL, sweep_worker, p) == 0)
-		p->sweeping = true;
-	if (!p->cache || !p->below)
-		return 0; /* nothing is ever dumped */
-	for (unsigned i = 0; i < p->nthreads; i++) {
-		int rc = pthread_create(&p->threads[i], NULL, dump_worker, p);
-
-		if (rc) {
-			p->nthreads = i;
-			p->started = i > 0;
-			return -rc;
-		}
-	}
-	p->started = true;
-	return 0;
+	return jobs_start(pipe_of(t));
 }
 
 int pipeline_build(const struct ucm_options *o, struct tier **out)

@@ -316,23 +316,35 @@ static int make_room(struct posix *p, uint64_t need)
 	return rc;
 }
 
+/*
+ * Move a damaged block file to STORE/quarantine/ and forget it. With ino set, only if the name
+ * still holds that inode (a newer version may have replaced it since it was opened). Counted
+ * once per file: whoever finds it gone already does nothing.
+ */
 static void quarantine(struct posix *p, const char *path, const struct blockid *id, uint64_t ino,
 		       const char *why)
 {
 	char qdir[PATH_MAX], dst[PATH_MAX];
 	const char *base = strrchr(path, '/');
+	struct stat st;
+	bool moved;
 
+	if (ino && (lstat(path, &st) || st.st_ino != ino))
+		return;
 	snprintf(qdir, sizeof(qdir), "%s/quarantine", p->root);
 	mkdir(qdir, 0700);
 	snprintf(dst, sizeof(dst), "%s/%s.%lld", qdir, base ? base + 1 : path,
 		 (long long)wall_ns());
-	if (rename(path, dst) && errno != ENOENT)
-		unlink(path);
+	moved = rename(path, dst) == 0;
+	if (!moved && errno != ENOENT)
+		moved = unlink(path) == 0;
 	if (id) {
 		pthread_mutex_lock(&p->lock);
 		index_drop(p, id, ino);
 		pthread_mutex_unlock(&p->lock);
 	}
+	if (!moved)
+		return;
 	atomic_fetch_add(&p->quarantined, 1);
 	log_warn("quarantined %s: %s", path, why);
 }

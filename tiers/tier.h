@@ -143,6 +143,12 @@ struct tier_ops {
 	 * until the handle is returned, or NULL if this handle's bytes are not in memory. */
 	const void *(*data)(struct tier_handle *h);
 
+	/* (pipeline) Bytes [off, off + len) of an open block in memory, fetched first if need be,
+	 * for replies without a copy: a pointer valid until the handle is returned, or NULL if
+	 * this handle cannot (then copy with read(), which also reports any error). The range
+	 * must lie within the block. */
+	const void *(*map)(struct tier_handle *h, uint64_t off, size_t len);
+
 	/* Attributes of whatever the handle refers to (for a write handle: the reservation). */
 	int (*stat)(struct tier_handle *h, struct block_attr *attr);
 
@@ -166,8 +172,9 @@ struct tier_ops {
 
 	/* Publish a reservation atomically and give the handle back. With rd != NULL, also
 	 * open the published version into *rd (pinned with TIER_COMMIT_PIN, else internal).
-	 * 0; -EIO (incomplete: nothing published), -ENOSPC, -EEXIST (LOADED and already present:
-	 * nothing published). With TIER_COMMIT_TRY an -EIO leaves the handle with the caller. */
+	 * 0; -EIO (incomplete: nothing published), -ENOSPC, -ENOMEM, -EEXIST (LOADED and already
+	 * present). A failed TIER_COMMIT_LOADED admission leaves the handle with the caller, who
+	 * may still be reading its bytes; so does -EIO with TIER_COMMIT_TRY. */
 	int (*commit)(struct tier_handle *h, const struct block_meta *meta, unsigned flags,
 		      struct tier_handle **rd);
 

@@ -71,7 +71,10 @@ int tu_put_chunked(struct tier *t, const struct blockid *id, uint64_t seed, uint
 		}
 	}
 	m = tu_meta(size, deadline);
-	return t->ops->commit(h, &m, cflags, NULL);
+	rc = t->ops->commit(h, &m, cflags, NULL);
+	if (rc == -EEXIST && (cflags & TIER_COMMIT_LOADED))
+		t->ops->abort(h); /* a refused load stays with its caller */
+	return rc;
 }
 
 int tu_put(struct tier *t, const struct blockid *id, uint64_t seed, uint64_t size,

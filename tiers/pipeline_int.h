@@ -1,0 +1,118 @@
+/*
+ * Internals shared by tiers/pipeline.c (the tier ops and write sessions) and
+ * tiers/pipeline_jobs.c (background work: dumps, loads, the TTL sweep).
+ */
+#ifndef UCM_PIPELINE_INT_H
+#define UCM_PIPELINE_INT_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+
+#include "src/extents.h"
+#include "src/idmap.h"
+#include "src/metrics.h"
+#include "tiers/pipeline.h"
+
+#define NSTRIPES 64
+#define MAX_WORKERS 8
+#define COPY_CHUNK (1u << 20)
+
+struct session;
+struct loading;
+struct dump_job;
+
+enum { PH_READ, PH_WRITE, PH_LOADING };
+
+/* A handle of the pipeline. */
+struct pphandle {
+	struct tier_handle base;
+	int kind;
+	struct tier_handle *in;      /* PH_READ: the cache's or below's handle */
+	struct session *s;           /* PH_WRITE */
+	struct loading *ld;          /* PH_LOADING: the load it reads through */
+};
+
+struct pipeline {
+	struct tier tier;
+	struct tier *cache, *below;
+	uint64_t limit;              /* largest block: block_size or max_block */
+	uint64_t block_size;
+	int64_t default_ttl_ms;
+	bool durable;
+
+	pthread_mutex_t lock;
+	struct idmap sessions;       /* write sessions; protected by lock */
+	struct idmap loading;        /* loads in flight (single-flight); protected by lock */
+
+	pthread_mutex_t stripe[NSTRIPES];
+
+	/* Background work. Workers take loads before dumps (a reader waits for a load, nobody
+	 * waits for a dump). qcond wakes workers only: a signal must reach one. */
+	pthread_mutex_t qlock;
+	pthread_cond_t qcond;
+	pthread_cond_t qidle;        /* a job finished */
+	struct loading *lhead, *ltail; /* load queue; protected by qlock */
+	struct dump_job *dhead, *dtail; /* dump queue; protected by qlock */
+	unsigned queued, running;    /* jobs; protected by qlock */
+	bool stop;                   /* protected by qlock */
+	unsigned nthreads;
+	pthread_t threads[MAX_WORKERS];
+	pthread_t sweeper;           /* reclaims expired blocks every SWEEP_MS */
+	pthread_cond_t sweep_cond;   /* wakes the sweeper to stop */
+	bool started, sweeping;
+
+	atomic_uint_fast64_t commits_ok, commits_incomplete, commits_failed;
+	atomic_uint_fast64_t dumps, dump_errors, loads, load_errors, spills, streamed;
+	struct histogram load_hist, dump_hist;
+	_Atomic int64_t last_commit; /* see commit_time() */
+};
+
+static inline struct pipeline *pipe_of(struct tier *t)
+{
+	return t->priv;
+}
+
+static inline pthread_mutex_t *stripe_of(struct pipeline *p, const struct blockid *id)
+{
+	return &p->stripe[blockid_hash(id) % NSTRIPES];
+}
+
+/* --- tiers/pipeline_jobs.c --------------------------------------------------------------- */
+
+/* Start and stop the workers and the sweeper. */
+int jobs_start(struct pipeline *p);
+void jobs_stop(struct pipeline *p);
+/* Wait until no job is queued or running. */
+void jobs_drain(struct pipeline *p);
+unsigned jobs_pending(struct pipeline *p);
+
+/* Write the cache's version `version` of id below and mark it clean; consumes rd.
+ * 0 (also when it was replaced or removed meanwhile) or the tier's error. */
+int dump(struct pipeline *p, struct tier_handle *rd, const struct blockid *id, uint64_t version,
+	 unsigned flags);
+/* Queue that (or do it now if there are no workers). */
+void enqueue_dump(struct pipeline *p, struct tier_handle *rd, const struct blockid *id,
+		  uint64_t version);
+
+/*
+ * Open id from below for reading through the memory tier. Joins the load of id in flight or
+ * starts one (a worker fetches the block ahead while readers fetch the pieces they need).
+ * Returns 0 with *ld (a reference) or, when memory has no room for it, with *direct (a
+ * handle that reads straight from below); -ENOENT; -EIO.
+ */
+int load_open(struct pipeline *p, const struct blockid *id, struct loading **ld,
+	      struct tier_handle **direct);
+/* Wait until the load has been admitted to memory (or failed). 0 or its error. */
+int load_wait(struct loading *ld);
+/* Make sure the load runs to the end (it starts at the first read), then load_wait(). */
+int load_start(struct pipeline *p, struct loading *ld);
+ssize_t load_read(struct pipeline *p, struct loading *ld, void *buf, size_t len, uint64_t off);
+/* The bytes, once the whole block is in memory; NULL before. */
+const void *load_data(struct loading *ld);
+/* Bytes [off, off+len) once fetched (see tier_ops.map); NULL on a fetch error. */
+const void *load_map(struct pipeline *p, struct loading *ld, uint64_t off, size_t len);
+void load_stat(struct loading *ld, struct block_attr *attr);
+void load_put(struct pipeline *p, struct loading *ld);
+
+#endif

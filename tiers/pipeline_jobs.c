@@ -1,0 +1,622 @@
+/*
+ * Background work of the pipeline: dumps (memory -> disk), loads (disk -> memory) and the TTL
+ * sweep.
+ *
+ * DESIGN
+ *
+ * Workers serve two queues, loads first: a reader may be waiting for a load, nobody waits for
+ * a dump (except fsync, which runs its dump itself).
+ *
+ * A dump writes the cache's committed version below (outside any lock) and publishes it under
+ * the id's stripe only if that version is still the cache's live one; then marks it clean.
+ *
+ * A load is single-flight and streaming. The first reader of a block that is only on disk
+ * creates a `struct loading`: a cache reservation of the block's size split into pieces of
+ * PIECE bytes, each TODO, BUSY or DONE. Every reader fetches (or waits for) just the pieces its
+ * read covers, so the first bytes come back as soon as their piece is in; from the first read
+ * on, a worker fetches the others in order ahead of it (from the piece after it, wrapping
+ * around), in parallel with the readers (the tier below allows parallel reads of one handle).
+ * The worker starts at the first read, not at open, so that a reader of one shard finds the
+ * disk free for its own piece. When every piece is in, the worker admits the block into the cache
+ * (TIER_COMMIT_LOADED|PIN, under the stripe, only if the version below is still the one read)
+ * and the load leaves the in-flight map; its readers keep reading its buffer, which is now the
+ * cache's pinned block (or, if admission was refused, their private copy).
+ *
+ * Locks: p->lock (maps) -> ld->lock (pieces); qlock (queues) alone. No lock across IO.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "src/clock.h"
+#include "src/log.h"
+#include "tiers/pipeline_int.h"
+
+#define DUMP_RETRIES 3
+#define SWEEP_MS 1000
+#define PIECE (256u << 10)
+#define MAX_PIECES 4096
+
+enum { P_TODO, P_BUSY, P_DONE };
+
+struct dump_job {
+	struct dump_job *next;
+	struct tier_handle *rd;      /* internal reference to the cache's committed version */
+	struct blockid id;
+	uint64_t version;
+	int attempts;
+};
+
+struct loading {
+	struct idnode node;          /* node.id; in p->loading while in flight */
+	int refs;                    /* readers + the worker's job; protected by p->lock */
+	bool listed;                 /* in p->loading; protected by p->lock */
+	struct loading *qnext;       /* in the load queue; protected by p->qlock */
+	pthread_mutex_t lock;        /* protects everything below that changes */
+	pthread_cond_t cond;         /* a piece was fetched, or the load finished */
+	struct tier_handle *lh;      /* the block below */
+	struct tier_handle *r;       /* the cache reservation being filled, until admitted */
+	struct tier_handle *rd;      /* once admitted: the cache's pinned version */
+	char *buf;                   /* the bytes (r's, then rd's: the same buffer) */
+	struct block_attr a;         /* of the version below */
+	uint64_t piece;              /* bytes per piece */
+	uint32_t npieces;
+	uint8_t *state;              /* per piece */
+	int err;                     /* first fetch error */
+	bool finished;               /* admitted, refused or failed */
+	bool queued;                 /* the worker's job was queued (at the first read) */
+	uint32_t start;              /* the piece the worker starts from: the first one read */
+	int64_t t0;
+};
+
+/* --- queues and workers ------------------------------------------------------------------ */
+
+static void load_run(struct pipeline *p, struct loading *ld);
+
+static void *worker(void *arg)
+{
+	struct pipeline *p = arg;
+
+	pthread_mutex_lock(&p->qlock);
+	for (;;) {
+		struct loading *ld = p->lhead;
+		struct dump_job *j = ld ? NULL : p->dhead;
+		struct tier_handle *again = NULL;
+		int rc;
+
+		if (!ld && !j) {
+			if (p->stop)
+				break;
+			pthread_cond_wait(&p->qcond, &p->qlock);
+			continue;
+		}
+		if (ld) {
+			p->lhead = ld->qnext;
+			if (!p->lhead)
+				p->ltail = NULL;
+		} else {
+			p->dhead = j->next;
+			if (!p->dhead)
+				p->dtail = NULL;
+		}
+		p->queued--;
+		p->running++;
+		pthread_mutex_unlock(&p->qlock);
+
+		if (ld) {
+			load_run(p, ld);
+			pthread_mutex_lock(&p->qlock);
+			p->running--;
+			pthread_cond_broadcast(&p->qidle);
+			continue;
+		}
+		/* keep a second reference in case the dump fails and is tried again */
+		if (j->attempts + 1 < DUMP_RETRIES &&
+		    p->cache->ops->open(p->cache, &j->id, TIER_OPEN_INTERNAL, &again))
+			again = NULL;
+		rc = dump(p, j->rd, &j->id, j->version, 0);
+		if (rc && again) {
+			atomic_fetch_add(&p->dump_errors, 1);
+			log_warn("writing a block to disk failed (%s); trying again", strerror(-rc));
+			usleep(100000);
+			j->rd = again;
+			j->attempts++;
+			j->next = NULL;
+		} else {
+			if (rc) {
+				atomic_fetch_add(&p->dump_errors, 1);
+				log_err("writing a block to disk failed (%s); it stays in memory only",
+					strerror(-rc));
+			}
+			tier_close(again);
+			free(j);
+			j = NULL;
+		}
+		pthread_mutex_lock(&p->qlock);
+		p->running--;
+		if (j) {
+			if (p->dtail)
+				p->dtail->next = j;
+			else
+				p->dhead = j;
+			p->dtail = j;
+			p->queued++;
+		}
+		pthread_cond_broadcast(&p->qidle);
+	}
+	pthread_mutex_unlock(&p->qlock);
+	return NULL;
+}
+
+static void *sweeper(void *arg)
+{
+	struct pipeline *p = arg;
+	struct timespec ts;
+
+	pthread_mutex_lock(&p->qlock);
+	while (!p->stop) {
+		clock_gettime(CLOCK_REALTIME, &ts);
+		ts.tv_sec += SWEEP_MS / 1000;
+		pthread_cond_timedwait(&p->sweep_cond, &p->qlock, &ts);
+		if (p->stop)
+			break;
+		pthread_mutex_unlock(&p->qlock);
+		if (p->cache && p->cache->ops->sweep)
+			p->cache->ops->sweep(p->cache);
+		if (p->below && p->below->ops->sweep)
+			p->below->ops->sweep(p->below);
+		pthread_mutex_lock(&p->qlock);
+	}
+	pthread_mutex_unlock(&p->qlock);
+	return NULL;
+}
+
+int jobs_start(struct pipeline *p)
+{
+	if (pthread_create(&p->sweeper, NULL, sweeper, p) == 0)
+		p->sweeping = true;
+	if (!p->cache || !p->below)
+		return 0; /* nothing is ever dumped or loaded */
+	for (unsigned i = 0; i < p->nthreads; i++) {
+		int rc = pthread_create(&p->threads[i], NULL, worker, p);
+
+		if (rc) {
+			p->nthreads = i;
+			p->started = i > 0;
+			return -rc;
+		}
+	}
+	p->started = true;
+	return 0;
+}
+
+void jobs_drain(struct pipeline *p)
+{
+	pthread_mutex_lock(&p->qlock);
+	while (p->queued || p->running)
+		pthread_cond_wait(&p->qidle, &p->qlock);
+	pthread_mutex_unlock(&p->qlock);
+}
+
+unsigned jobs_pending(struct pipeline *p)
+{
+	unsigned n;
+
+	pthread_mutex_lock(&p->qlock);
+	n = p->queued + p->running;
+	pthread_mutex_unlock(&p->qlock);
+	return n;
+}
+
+void jobs_stop(struct pipeline *p)
+{
+	if (!p->started && !p->sweeping)
+		return;
+	jobs_drain(p);
+	pthread_mutex_lock(&p->qlock);
+	p->stop = true;
+	pthread_cond_broadcast(&p->qcond);
+	pthread_cond_broadcast(&p->sweep_cond);
+	pthread_mutex_unlock(&p->qlock);
+	for (unsigned i = 0; p->started && i < p->nthreads; i++)
+		pthread_join(p->threads[i], NULL);
+	if (p->sweeping)
+		pthread_join(p->sweeper, NULL);
+	p->started = p->sweeping = false;
+}
+
+/* --- dumps ------------------------------------------------------------------------------- */
+
+int dump(struct pipeline *p, struct tier_handle *rd, const struct blockid *id, uint64_t version,
+	 unsigned flags)
+{
+	struct tier_handle *lres;
+	struct block_attr a, cur;
+	struct block_meta m;
+	pthread_mutex_t *st = stripe_of(p, id);
+	const char *data = tier_data(rd);
+	int64_t t0 = mono_ns();
+	int rc;
+
+	p->cache->ops->stat(rd, &a);
+	m.size = a.size;
+	m.mtime = a.mtime;
+	m.deadline = a.deadline;
+	m.layout = NULL;
+	rc = p->below->ops->reserve(p->below, id, TIER_RESERVE_SEQ, a.size, &lres);
+	for (uint64_t off = 0; rc == 0 && off < a.size;) {
+		size_t len = a.size - off > COPY_CHUNK ? COPY_CHUNK : (size_t)(a.size - off);
+		ssize_t n = p->below->ops->write(lres, data + off, len, off);
+
+		if (n < 0) {
+			rc = (int)n;
+			p->below->ops->abort(lres);
+		}
+		off += len;
+	}
+	if (rc == 0 && a.size == 0)
+		rc = p->below->ops->truncate(lres, 0);
+	if (rc == 0) {
+		pthread_mutex_lock(st);
+		if (p->cache->ops->lookup(p->cache, id, &cur) == 0 && cur.version == version) {
+			m.deadline = cur.deadline; /* a TTL set while we wrote (under this stripe) */
+			rc = p->below->ops->commit(lres, &m, flags, NULL);
+			if (rc == 0)
+				p->cache->ops->mark_clean(p->cache, id, version);
+		} else {
+			p->below->ops->abort(lres);
+			rc = -ESTALE;
+		}
+		pthread_mutex_unlock(st);
+	}
+	tier_close(rd);
+	if (rc == 0) {
+		atomic_fetch_add(&p->dumps, 1);
+		histogram_observe(&p->dump_hist, mono_ns() - t0);
+	}
+	return rc == -ESTALE ? 0 : rc;
+}
+
+void enqueue_dump(struct pipeline *p, struct tier_handle *rd, const struct blockid *id,
+		  uint64_t version)
+{
+	struct dump_job *j = calloc(1, sizeof(*j));
+
+	if (!j || !p->started) {
+		/* no worker (or no memory for the job): write it now */
+		free(j);
+		dump(p, rd, id, version, 0);
+		return;
+	}
+	j->rd = rd;
+	j->id = *id;
+	j->version = version;
+	pthread_mutex_lock(&p->qlock);
+	if (p->dtail)
+		p->dtail->next = j;
+	else
+		p->dhead = j;
+	p->dtail = j;
+	p->queued++;
+	pthread_cond_signal(&p->qcond);
+	pthread_mutex_unlock(&p->qlock);
+}
+
+/* --- loads ------------------------------------------------------------------------------- */
+
+#define LD(n) ((struct loading *)((char *)(n) - offsetof(struct loading, node)))
+
+static void load_free(struct pipeline *p, struct loading *ld)
+{
+	tier_close(ld->lh);
+	if (ld->rd)
+		tier_close(ld->rd);
+	if (ld->r)
+		p->cache->ops->abort(ld->r);
+	pthread_mutex_destroy(&ld->lock);
+	pthread_cond_destroy(&ld->cond);
+	free(ld->state);
+	free(ld);
+}
+
+void load_put(struct pipeline *p, struct loading *ld)
+{
+	bool last;
+
+	pthread_mutex_lock(&p->lock);
+	last = --ld->refs == 0;
+	pthread_mutex_unlock(&p->lock);
+	if (last)
+		load_free(p, ld);
+}
+
+/* Fetch piece i, or wait while another thread does. 0 or the fetch error. */
+static int fetch_piece(struct pipeline *p, struct loading *ld, uint32_t i)
+{
+	uint64_t off = (uint64_t)i * ld->piece;
+	size_t len = ld->a.size - off < ld->piece ? (size_t)(ld->a.size - off) : ld->piece;
+	ssize_t n;
+	int rc;
+
+	pthread_mutex_lock(&ld->lock);
+	while (ld->state[i] == P_BUSY)
+		pthread_cond_wait(&ld->cond, &ld->lock);
+	if (ld->state[i] == P_DONE || ld->err) {
+		rc = ld->state[i] == P_DONE ? 0 : ld->err;
+		pthread_mutex_unlock(&ld->lock);
+		return rc;
+	}
+	ld->state[i] = P_BUSY;
+	pthread_mutex_unlock(&ld->lock);
+
+	n = tier_read(ld->lh, ld->buf + off, len, off);
+
+	pthread_mutex_lock(&ld->lock);
+	if (n == (ssize_t)len) {
+		ld->state[i] = P_DONE;
+		rc = 0;
+	} else {
+		ld->state[i] = P_TODO;
+		rc = n < 0 ? (int)n : -EIO;
+		if (!ld->err) {
+			ld->err = rc;
+			atomic_fetch_add(&p->load_errors, 1);
+		}
+	}
+	pthread_cond_broadcast(&ld->cond);
+	pthread_mutex_unlock(&ld->lock);
+	return rc;
+}
+
+/* The worker's part: fetch every piece in order, then admit the block into memory. */
+static void load_run(struct pipeline *p, struct loading *ld)
+{
+	struct block_attr now;
+	struct tier_handle *rd = NULL;
+	int rc = 0;
+
+	for (uint32_t k = 0; k < ld->npieces && rc == 0; k++)
+		rc = fetch_piece(p, ld, (ld->start + k) % ld->npieces);
+	if (rc == 0) {
+		struct block_meta m = { .size = ld->a.size, .mtime = ld->a.mtime,
+					.deadline = ld->a.deadline, .layout = NULL };
+
+		pthread_mutex_lock(stripe_of(p, &ld->node.id));
+		if (p->below->ops->lookup(p->below, &ld->node.id, &now) == 0 &&
+		    now.version == ld->a.version) {
+			rc = p->cache->ops->commit(ld->r, &m, TIER_COMMIT_LOADED | TIER_COMMIT_PIN,
+						   &rd);
+		} else {
+			rc = -ESTALE; /* replaced or removed while we read it */
+		}
+		pthread_mutex_unlock(stripe_of(p, &ld->node.id));
+	}
+	if (rc == 0) {
+		atomic_fetch_add(&p->loads, 1);
+		histogram_observe(&p->load_hist, mono_ns() - ld->t0);
+	} else if (rc != -EEXIST && rc != -ESTALE && !ld->err) {
+		atomic_fetch_add(&p->load_errors, 1); /* admission failed (fetch errors count above) */
+	}
+	pthread_mutex_lock(&p->lock);
+	if (ld->listed) {
+		idmap_remove(&p->loading, &ld->node);
+		ld->listed = false;
+	}
+	pthread_mutex_unlock(&p->lock);
+	pthread_mutex_lock(&ld->lock);
+	if (rc == 0) {
+		ld->r = NULL; /* it is the cache's block now; rd pins it for our readers */
+		ld->rd = rd;
+	}
+	/* refused (a newer version arrived) or stale: the readers keep their private copy */
+	ld->finished = true;
+	pthread_cond_broadcast(&ld->cond);
+	pthread_mutex_unlock(&ld->lock);
+	load_put(p, ld);
+}
+
+static void enqueue_load(struct pipeline *p, struct loading *ld)
+{
+	pthread_mutex_lock(&p->qlock);
+	ld->qnext = NULL;
+	if (p->ltail)
+		p->ltail->qnext = ld;
+	else
+		p->lhead = ld;
+	p->ltail = ld;
+	p->queued++;
+	pthread_cond_signal(&p->qcond);
+	pthread_mutex_unlock(&p->qlock);
+}
+
+/* A new load of the block below behind lh, or NULL if memory has no room for it. */
+static struct loading *load_new(struct pipeline *p, const struct blockid *id,
+				struct tier_handle *lh)
+{
+	struct loading *ld = calloc(1, sizeof(*ld));
+	struct block_layout lay;
+	uint64_t pieces;
+
+	if (!ld)
+		return NULL;
+	ld->node.id = *id;
+	ld->lh = lh;
+	ld->t0 = mono_ns();
+	p->below->ops->stat(lh, &ld->a);
+	ld->piece = PIECE;
+	/* one piece per stored chunk, so that each piece decodes exactly one */
+	if (p->below->ops->layout && p->below->ops->layout(lh, &lay) == 0 && lay.nchunks &&
+	    lay.chunk_size >= (64u << 10))
+		ld->piece = lay.chunk_size;
+	pieces = (ld->a.size + PIECE - 1) / PIECE;
+	if (pieces > MAX_PIECES) {
+		ld->piece = (ld->a.size + MAX_PIECES - 1) / MAX_PIECES;
+		ld->piece = (ld->piece + 4095) & ~(uint64_t)4095;
+		pieces = (ld->a.size + ld->piece - 1) / ld->piece;
+	}
+	ld->npieces = (uint32_t)pieces;
+	ld->state = calloc(pieces ? pieces : 1, 1);
+	if (!ld->state ||
+	    p->cache->ops->reserve(p->cache, id, TIER_RESERVE_NOWAIT, ld->a.size, &ld->r) ||
+	    p->cache->ops->truncate(ld->r, ld->a.size)) {
+		if (ld->r)
+			p->cache->ops->abort(ld->r);
+		free(ld->state);
+		free(ld);
+		return NULL;
+	}
+	ld->buf = (char *)tier_data(ld->r);
+	pthread_mutex_init(&ld->lock, NULL);
+	pthread_cond_init(&ld->cond, NULL);
+	return ld;
+}
+
+int load_open(struct pipeline *p, const struct blockid *id, struct loading **out,
+	      struct tier_handle **direct)
+{
+	struct tier_handle *lh;
+	struct loading *ld;
+	struct idnode *n;
+	int rc;
+
+	*out = NULL;
+	*direct = NULL;
+	pthread_mutex_lock(&p->lock);
+	n = idmap_find(&p->loading, id);
+	if (n) {
+		LD(n)->refs++;
+		*out = LD(n);
+	}
+	pthread_mutex_unlock(&p->lock);
+	if (n)
+		return 0;
+
+	rc = p->below->ops->open(p->below, id, 0, &lh);
+	if (rc)
+		return rc;
+	ld = p->cache ? load_new(p, id, lh) : NULL;
+	if (!ld) {
+		/* no room in memory that could be made without waiting: read straight from below */
+		atomic_fetch_add(&p->streamed, 1);
+		*direct = lh;
+		return 0;
+	}
+	pthread_mutex_lock(&p->lock);
+	n = idmap_find(&p->loading, id);
+	if (n) {
+		/* another reader started the same load meanwhile: join it */
+		LD(n)->refs++;
+		*out = LD(n);
+	} else if (idmap_insert(&p->loading, &ld->node) == 0) {
+		ld->listed = true;
+		ld->refs = p->started ? 2 : 1; /* the reader, and the worker's job */
+		*out = ld;
+	}
+	pthread_mutex_unlock(&p->lock);
+	if (*out != ld) {
+		ld->lh = NULL;
+		load_free(p, ld);
+		if (*out) {
+			tier_close(lh);
+			return 0;
+		}
+		*direct = lh; /* no memory to track the load */
+		return 0;
+	}
+	if (!p->started) {
+		/* no workers: load it whole now */
+		pthread_mutex_lock(&p->lock);
+		ld->refs++;
+		pthread_mutex_unlock(&p->lock);
+		ld->queued = true;
+		load_run(p, ld);
+	}
+	return 0;
+}
+
+/* Queue the worker's part, once, starting after piece `first`. */
+static void load_kick(struct pipeline *p, struct loading *ld, uint32_t first)
+{
+	bool kick;
+
+	pthread_mutex_lock(&ld->lock);
+	kick = !ld->queued;
+	if (kick) {
+		ld->queued = true;
+		ld->start = first;
+	}
+	pthread_mutex_unlock(&ld->lock);
+	if (kick)
+		enqueue_load(p, ld);
+}
+
+int load_wait(struct loading *ld)
+{
+	int rc;
+
+	pthread_mutex_lock(&ld->lock);
+	while (!ld->finished && !ld->err)
+		pthread_cond_wait(&ld->cond, &ld->lock);
+	rc = ld->err;
+	pthread_mutex_unlock(&ld->lock);
+	return rc;
+}
+
+int load_start(struct pipeline *p, struct loading *ld)
+{
+	load_kick(p, ld, 0);
+	return load_wait(ld);
+}
+
+/* Fetch the pieces covering [off, end), then let the worker go on ahead. 0 or an error. */
+static int fetch_range(struct pipeline *p, struct loading *ld, uint64_t off, uint64_t end)
+{
+	for (uint64_t i = off / ld->piece; i * ld->piece < end; i++) {
+		int rc = fetch_piece(p, ld, (uint32_t)i);
+
+		if (rc)
+			return rc;
+	}
+	/* now that this read has its bytes, the worker fetches the rest ahead of it */
+	load_kick(p, ld, (uint32_t)((end - 1) / ld->piece + 1) % ld->npieces);
+	return 0;
+}
+
+ssize_t load_read(struct pipeline *p, struct loading *ld, void *buf, size_t len, uint64_t off)
+{
+	int rc;
+
+	if (off >= ld->a.size)
+		return 0;
+	if (len > ld->a.size - off)
+		len = (size_t)(ld->a.size - off);
+	rc = fetch_range(p, ld, off, off + len);
+	if (rc)
+		return rc;
+	memcpy(buf, ld->buf + off, len);
+	return (ssize_t)len;
+}
+
+const void *load_map(struct pipeline *p, struct loading *ld, uint64_t off, size_t len)
+{
+	if (off + len > ld->a.size || len == 0)
+		return len == 0 ? ld->buf : NULL;
+	return fetch_range(p, ld, off, off + len) ? NULL : ld->buf + off;
+}
+
+const void *load_data(struct loading *ld)
+{
+	const void *d;
+
+	pthread_mutex_lock(&ld->lock);
+	d = ld->finished && !ld->err ? ld->buf : NULL;
+	pthread_mutex_unlock(&ld->lock);
+	return d;
+}
+
+void load_stat(struct loading *ld, struct block_attr *attr)
+{
+	*attr = ld->a;
+	attr->where |= TIER_MEM;
+}
