@@ -505,6 +505,7 @@ static void op_release(fuse_req_t req, fuse_ino_t nid, struct fuse_file_info *fi
 	struct ucmfs *fs = fs_of(req);
 	struct fh *fh = fh_of(fi);
 
+	fh_quiesce(fh);
 	if (fh->kind == FH_QUERY) {
 		query_release(fs, fh);
 		fuse_reply_err(req, 0);
@@ -544,11 +545,21 @@ static void op_fsync(fuse_req_t req, fuse_ino_t nid, int datasync, struct fuse_f
 
 /* --- data -------------------------------------------------------------------------------- */
 
+static void do_read(fuse_req_t req, struct fh *fh, size_t size, off_t off);
+
 static void op_read(fuse_req_t req, fuse_ino_t nid, size_t size, off_t off,
 		    struct fuse_file_info *fi)
 {
-	struct ucmfs *fs = fs_of(req);
 	struct fh *fh = fh_of(fi);
+
+	atomic_fetch_add(&fh->inflight, 1);
+	do_read(req, fh, size, off);
+	atomic_fetch_sub(&fh->inflight, 1);
+}
+
+static void do_read(fuse_req_t req, struct fh *fh, size_t size, off_t off)
+{
+	struct ucmfs *fs = fs_of(req);
 	const char *data;
 	char *buf;
 	ssize_t n;

@@ -4,6 +4,8 @@
 
 #include <fuse_lowlevel.h>
 #include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <sys/stat.h>
 
@@ -49,6 +51,9 @@ struct fh {
 	 * another one (a child that inherited the descriptor) does not commit. fh->lock. */
 	uint64_t owners[8];
 	unsigned nowners;                /* > 8: any close commits */
+	/* replies being sent from this handle's memory: release waits for them (the reader can
+	 * see its data, close, and have the handle released before our writev returns) */
+	atomic_int inflight;
 };
 
 static inline struct ucmfs *fs_of(fuse_req_t req)
@@ -59,6 +64,13 @@ static inline struct ucmfs *fs_of(fuse_req_t req)
 static inline struct fh *fh_of(struct fuse_file_info *fi)
 {
 	return (struct fh *)(uintptr_t)fi->fh;
+}
+
+/* Wait until no reply is being sent from fh's memory. */
+static inline void fh_quiesce(struct fh *fh)
+{
+	while (atomic_load(&fh->inflight))
+		sched_yield();
 }
 
 /* The kind of node behind a node id, 0 for the fixed files. */

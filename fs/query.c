@@ -31,6 +31,8 @@
 
 #define QUERY_MAX_FILES 4096
 #define QUERY_MAX_SIZE (1u << 20)
+/* all query files together: 1,024 full ones (DESIGN.md's minimum), not 4,096 */
+#define QUERY_MAX_TOTAL (1ull << 30)
 #define QUERY_NAME_MAX 255
 
 enum { PREFETCH_NONE, PREFETCH_PENDING, PREFETCH_DONE };
@@ -58,6 +60,7 @@ struct qdir {
 	struct qfile *zombies;   /* unlinked but still referenced (freed at the end if left) */
 	unsigned count;
 	unsigned prefetches;     /* threads running */
+	uint64_t total;          /* bytes held by all query files */
 	uint64_t next_ino;
 };
 
@@ -124,6 +127,7 @@ static void qf_maybe_free(struct qdir *qd, struct qfile *q)
 		qd->zombies = q->next;
 	if (q->next)
 		q->next->zprev = q->zprev;
+	qd->total -= q->cap;
 	qf_free(q);
 }
 
@@ -293,8 +297,8 @@ int query_getattr(struct ucmfs *fs, fuse_ino_t nid, struct stat *st)
 	return 0;
 }
 
-/* Make room for `size` bytes of content; qd->lock held. 0, -EFBIG or -ENOMEM. */
-static int reserve_content(struct qfile *q, size_t size)
+/* Make room for `size` bytes of content; qd->lock held. 0, -EFBIG, -ENOSPC or -ENOMEM. */
+static int reserve_content(struct qdir *qd, struct qfile *q, size_t size)
 {
 	if (size > QUERY_MAX_SIZE)
 		return -EFBIG;
@@ -306,9 +310,12 @@ static int reserve_content(struct qfile *q, size_t size)
 			cap *= 2;
 		if (cap > QUERY_MAX_SIZE)
 			cap = QUERY_MAX_SIZE;
+		if (qd->total - q->cap + cap > QUERY_MAX_TOTAL)
+			return -ENOSPC;
 		d = realloc(q->data, cap);
 		if (!d)
 			return -ENOMEM;
+		qd->total += cap - q->cap;
 		q->data = d;
 		q->cap = cap;
 	}
@@ -322,7 +329,7 @@ int query_truncate(struct ucmfs *fs, fuse_ino_t nid, uint64_t size)
 	int rc;
 
 	pthread_mutex_lock(&qd->lock);
-	rc = size > QUERY_MAX_SIZE ? -EFBIG : reserve_content(q, (size_t)size);
+	rc = size > QUERY_MAX_SIZE ? -EFBIG : reserve_content(qd, q, (size_t)size);
 	if (rc == 0) {
 		if (size > q->len)
 			memset(q->data + q->len, 0, (size_t)size - q->len);
@@ -362,7 +369,7 @@ ssize_t query_write(struct ucmfs *fs, struct fh *fh, const char *buf, size_t siz
 	pthread_mutex_lock(&qd->lock);
 	if (fh->open_flags & O_APPEND)
 		off = q->len;
-	rc = reserve_content(q, (size_t)(off + size));
+	rc = reserve_content(qd, q, (size_t)(off + size));
 	if (rc == 0) {
 		if (off > q->len)
 			memset(q->data + q->len, 0, (size_t)off - q->len);
@@ -435,7 +442,8 @@ static int parse_ids(struct ucmfs *fs, struct qfile *q, struct blockid **ids, si
 	len = q->len;
 	text = malloc(len + 1);
 	if (text) {
-		memcpy(text, q->data, len);
+		if (len)
+			memcpy(text, q->data, len);
 		text[len] = '\0';
 	}
 	pthread_mutex_unlock(&qd->lock);

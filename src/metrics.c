@@ -7,8 +7,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const double bounds_s[HIST_BUCKETS - 1] = { 1e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3,
-						   2.5e-3, 5e-3, 1e-2, 1e-1, 1.0, 10.0 };
+static const double bounds_s[HIST_BUCKETS - 1] = { 1e-5,   5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3,
+						   2.5e-3, 5e-3, 1e-2, 2.5e-2, 5e-2, 1e-1,
+						   2.5e-1, 5e-1, 1.0,  10.0 };
 
 void histogram_observe(struct histogram *h, int64_t ns)
 {

@@ -23,7 +23,7 @@ static inline uint64_t counter_get(const counter_t *c)
 }
 
 /* Upper bounds of the latency buckets: 10 us .. 10 s, then +Inf. */
-#define HIST_BUCKETS 13
+#define HIST_BUCKETS 17
 
 struct histogram {
 	counter_t bucket[HIST_BUCKETS]; /* not cumulative: bucket[i] counts bound[i-1] < v <= bound[i] */

@@ -59,6 +59,9 @@ struct cblock {
 	bool dirty;              /* protected by c->lock */
 	bool in_policy;          /* protected by c->lock */
 	bool pool_sized;         /* its buffer came from the pool: keep its size */
+	uint64_t stale_end;      /* reservation: bytes below may hold someone else's data; the
+				    bytes from here on are zero */
+	bool fresh;              /* dirty, and its id has no version below (TIER_COMMIT_FRESH) */
 	void *data;              /* cap bytes; resized only by the reservation's owner */
 	uint64_t cap;            /* buffer bytes (the accounted size) */
 	uint64_t size;           /* logical size */
@@ -91,6 +94,7 @@ struct cache {
 	uint64_t used;                 /* protected by lock */
 	uint64_t dirty_bytes;          /* protected by lock */
 	uint64_t dirty_blocks;         /* protected by lock */
+	uint64_t fresh_blocks;         /* dirty cblocks marked fresh; protected by lock */
 	uint64_t evictable_bytes;      /* sum of cap of the blocks in the policy; lock */
 	struct pooled *pool;           /* free buffers kept for reuse, newest first; lock */
 	uint64_t pool_bytes;           /* their size, part of used; protected by lock */
@@ -125,7 +129,7 @@ static void check_one(struct idnode *n, void *arg)
 
 	assert(b->state == CB_LIVE);
 	assert(b->refs >= 1 && b->pins <= (uint32_t)b->refs);
-	assert(b->in_policy == (b->pins == 0 && !b->dirty));
+	assert(b->in_policy == (b->refs == 1 && !b->dirty));
 	if (b->dirty)
 		*dirty += b->cap;
 }
@@ -158,7 +162,7 @@ static void policy_out(struct cache *c, struct cblock *b)
 
 static void policy_in(struct cache *c, struct cblock *b)
 {
-	if (!b->in_policy && b->state == CB_LIVE && b->pins == 0 && !b->dirty) {
+	if (!b->in_policy && b->state == CB_LIVE && b->refs == 1 && !b->dirty) {
 		c->pol->admitted(c->pol_priv, &b->pe);
 		b->in_policy = true;
 		c->evictable_bytes += b->cap;
@@ -256,6 +260,10 @@ static void kill_locked(struct cache *c, struct cblock *b, struct freelist *fl)
 		c->dirty_bytes -= b->cap;
 		c->dirty_blocks--;
 		b->dirty = false;
+	}
+	if (b->fresh) {
+		c->fresh_blocks--;
+		b->fresh = false;
 	}
 	b->state = CB_DEAD;
 	put_locked(c, b, fl);
@@ -420,10 +428,10 @@ static struct chandle *new_handle(struct cache *c, struct cblock *b, int kind)
 static void grab_locked(struct cache *c, struct cblock *b, int kind)
 {
 	b->refs++;
+	policy_out(c, b);
 	if (kind == H_READ) {
 		b->pins++;
 		c->pins++;
-		policy_out(c, b);
 	}
 	b->atime = wall_ns();
 }
@@ -479,11 +487,13 @@ static int cache_open(struct tier *t, const struct blockid *id, unsigned flags,
 	pthread_mutex_unlock(&c->lock);
 	freelist_run(&fl);
 	if (!b) {
-		counter_add(&c->misses, 1);
+		if (kind == H_READ)
+			counter_add(&c->misses, 1);
 		free(h);
 		return -ENOENT;
 	}
-	counter_add(&c->hits, 1);
+	if (kind == H_READ) /* the daemon's own opens (dumps, prefetch) are not hits */
+		counter_add(&c->hits, 1);
 	*out = &h->base;
 	return 0;
 }
@@ -529,15 +539,17 @@ static void cache_close(struct tier_handle *th)
 		b->pins--;
 		c->pins--;
 	}
-	if (b->state == CB_LIVE && b->pins == 0) {
-		if (expired(b, mono_ns())) {
-			kill_locked(c, b, &fl);
-			counter_add(&c->expirations, 1);
-		} else {
+	if (b->state == CB_LIVE && b->pins == 0 && expired(b, mono_ns())) {
+		kill_locked(c, b, &fl);
+		counter_add(&c->expirations, 1);
+		put_locked(c, b, &fl);
+	} else {
+		bool live = b->state == CB_LIVE;
+
+		put_locked(c, b, &fl);
+		if (live)
 			policy_in(c, b);
-		}
 	}
-	put_locked(c, b, &fl);
 	cache_check(c);
 	pthread_mutex_unlock(&c->lock);
 	freelist_run(&fl);
@@ -571,6 +583,8 @@ static int cache_reserve(struct tier *t, const struct blockid *id, unsigned flag
 		b->data = p;
 		b->cap = p->cap;
 		b->pool_sized = true;
+		/* a reused buffer holds another block's bytes, unless all will be overwritten */
+		b->stale_end = (flags & TIER_RESERVE_OVERWRITE) ? 0 : p->cap;
 	} else {
 		rc = make_room(c, cap, !(flags & TIER_RESERVE_NOWAIT), &fl);
 		if (rc == 0) {
@@ -639,6 +653,16 @@ static int resize_reservation(struct cache *c, struct cblock *b, uint64_t size)
 	return rc;
 }
 
+/* Make [from, to) of a reservation read as zeros: only the part that may hold stale bytes
+ * needs clearing (fresh pages are zero already). */
+static void zero_stale(struct cblock *b, uint64_t from, uint64_t to)
+{
+	if (to > b->stale_end)
+		to = b->stale_end;
+	if (from < to)
+		memset((char *)b->data + from, 0, to - from);
+}
+
 static ssize_t cache_write(struct tier_handle *th, const void *buf, size_t len, uint64_t off)
 {
 	struct cblock *b = ((struct chandle *)th)->b;
@@ -654,6 +678,8 @@ static ssize_t cache_write(struct tier_handle *th, const void *buf, size_t len, 
 		if (rc)
 			return rc;
 	}
+	if (off > b->size)
+		zero_stale(b, b->size, off); /* a hole reads as zeros */
 	memcpy((char *)b->data + off, buf, len);
 	if (end > b->size)
 		b->size = end;
@@ -669,8 +695,10 @@ static int cache_truncate(struct tier_handle *th, uint64_t size)
 		rc = resize_reservation(cache_of(th->tier), b, size);
 	if (rc)
 		return rc;
-	if (size < b->size)
-		memset((char *)b->data + size, 0, b->size - size);
+	if (size < b->size && b->stale_end < b->size)
+		b->stale_end = b->size; /* cut bytes must read as zeros if it grows again */
+	else if (size > b->size)
+		zero_stale(b, b->size, size);
 	b->size = size;
 	return 0;
 }
@@ -693,7 +721,7 @@ static int cache_commit(struct tier_handle *th, const struct block_meta *meta, u
 	struct freelist fl = { .n = 0 };
 	struct chandle *r = NULL;
 
-	if (meta->size > b->cap) {
+	if (meta->size > b->size) {
 		cache_truncate(th, meta->size); /* zero-filled growth: only for an empty tail */
 		if (meta->size > b->cap)
 			return commit_failed(th, flags, -ENOSPC);
@@ -711,6 +739,13 @@ static int cache_commit(struct tier_handle *th, const struct block_meta *meta, u
 	pthread_mutex_lock(&c->lock);
 	c->reservations--;
 	old = find_live(c, &b->node.id, &fl);
+	if (!old && idmap_find(&c->map, &b->node.id)) {
+		old = CB(idmap_find(&c->map, &b->node.id)); /* expired, pinned */
+		if (flags & TIER_COMMIT_LOADED) {
+			kill_locked(c, old, &fl);
+			old = NULL;
+		}
+	}
 	if (old && (flags & TIER_COMMIT_LOADED)) {
 		c->reservations++; /* still a reservation, the caller's */
 		pthread_mutex_unlock(&c->lock);
@@ -739,6 +774,8 @@ static int cache_commit(struct tier_handle *th, const struct block_meta *meta, u
 	if (b->dirty) {
 		c->dirty_bytes += b->cap;
 		c->dirty_blocks++;
+		b->fresh = (flags & TIER_COMMIT_FRESH) != 0;
+		c->fresh_blocks += b->fresh;
 	}
 	set_deadline_locked(c, b, meta->deadline);
 	/* the reservation handle's reference becomes the map's */
@@ -831,13 +868,17 @@ static int cache_mark_clean(struct tier *t, const struct blockid *id, uint64_t v
 
 	pthread_mutex_lock(&c->lock);
 	n = idmap_find(&c->map, id);
-	if (n && CB(n)->version == version) {
+	if (n && CB(n)->version == version && !expired(CB(n), mono_ns())) {
 		struct cblock *b = CB(n);
 
 		if (b->dirty) {
 			b->dirty = false;
 			c->dirty_bytes -= b->cap;
 			c->dirty_blocks--;
+			if (b->fresh) {
+				c->fresh_blocks--;
+				b->fresh = false;
+			}
 			policy_in(c, b);
 			pthread_cond_broadcast(&c->cleaned);
 		}
@@ -895,6 +936,7 @@ static int cache_usage(struct tier *t, struct tier_usage *u)
 	u->used = c->used - c->pool_bytes; /* pooled buffers hold no block */
 	u->blocks = c->map.count;
 	u->dirty_blocks = c->dirty_blocks;
+	u->fresh_blocks = c->fresh_blocks;
 	u->fs_free = 0;
 	pthread_mutex_unlock(&c->lock);
 	return 0;

@@ -52,6 +52,7 @@ struct session {
 	pthread_mutex_t lock;        /* serializes everything below */
 	struct tier_handle *res;     /* the reservation (cache, or below once spilled) */
 	int err;                     /* why res is NULL */
+	int write_err;               /* a write failed: the content is not what was meant */
 	bool spilled;
 	bool durable;
 	bool replacing;
@@ -194,9 +195,13 @@ static const void *pipe_map(struct tier_handle *th, uint64_t off, size_t len)
 	const char *d;
 
 	if (h->kind == PH_LOADING)
-		return load_map(pipe_of(th->tier), h->ld, off, len);
-	d = h->kind == PH_READ ? tier_data(h->in) : NULL;
-	return d ? d + off : NULL;
+		d = load_map(pipe_of(th->tier), h->ld, off, len);
+	else
+		d = h->kind == PH_READ ? tier_data(h->in) : NULL;
+	if (!d)
+		return NULL;
+	counter_add(&pipe_of(th->tier)->mem_bytes_out, len);
+	return h->kind == PH_LOADING ? d : d + off;
 }
 
 static uint64_t session_size(const struct session *s)
@@ -288,6 +293,8 @@ static ssize_t session_write(struct pipeline *p, struct session *s, const struct
 		n = s->res->tier->ops->write(s->res, buf, len, off);
 	if (n > 0 && extents_add(&s->ext, off, (uint64_t)n))
 		n = -ENOMEM;
+	if (n < 0 && !s->write_err)
+		s->write_err = (int)n; /* never publish what a failed write left behind */
 	return n;
 }
 
@@ -400,9 +407,11 @@ static int pipe_reserve(struct tier *t, const struct blockid *id, unsigned flags
 	if (!size_hint)
 		size_hint = p->block_size ? p->block_size : (committed ? old.size : 0);
 	rc = first->ops->reserve(first, id, 0, size_hint, &s->res);
-	if (rc == -ENOSPC && first == p->cache && p->below)
-		rc = p->below->ops->reserve(p->below, id, 0, size_hint, &s->res),
+	s->spilled = rc == 0 && first != p->cache; /* no memory tier: written below directly */
+	if (rc == -ENOSPC && first == p->cache && p->below) {
+		rc = p->below->ops->reserve(p->below, id, 0, size_hint, &s->res);
 		s->spilled = rc == 0;
+	}
 	if (rc == 0 && committed && !(flags & TIER_RESERVE_TRUNC))
 		rc = copy_old(p, s, id);
 	if (rc) {
@@ -437,7 +446,7 @@ static ssize_t pipe_write(struct tier_handle *th, const void *buf, size_t len, u
 	ssize_t n;
 
 	if (off > p->limit || len > p->limit - off)
-		return -EFBIG;
+		return -EFBIG; /* nothing written: what was written before still counts */
 	pthread_mutex_lock(&s->lock);
 	n = session_write(p, s, &s->node.id, buf, len, off);
 	pthread_mutex_unlock(&s->lock);
@@ -483,7 +492,7 @@ static int pipe_set_durable(struct tier_handle *th)
 static bool complete(const struct pipeline *p, const struct session *s, uint64_t *size)
 {
 	*size = session_size(s);
-	if (!s->res)
+	if (!s->res || s->write_err)
 		return false;
 	if (p->block_size)
 		return *size == p->block_size && extents_cover(&s->ext, p->block_size);
@@ -506,7 +515,7 @@ static int publish(struct pipeline *p, struct session *s, uint64_t size)
 {
 	struct block_meta m = { .size = size, .mtime = commit_time(p),
 				.deadline = deadline_from_ttl(atomic_load(&s->ttl_ms)) };
-	bool durable = s->durable || p->durable;
+	bool durable = s->durable || p->durable, fresh;
 	struct tier_handle *res = s->res, *rd = NULL;
 	struct block_attr a;
 	int rc;
@@ -524,7 +533,13 @@ static int publish(struct pipeline *p, struct session *s, uint64_t size)
 	}
 	if (!p->below)
 		return p->cache->ops->commit(res, &m, 0, NULL);
-	rc = p->cache->ops->commit(res, &m, TIER_COMMIT_DIRTY, &rd);
+	/* a block with no copy below yet is counted apart, for statfs' f_files; under the
+	 * stripe, so that no dump of an older version lands below in between */
+	pthread_mutex_lock(stripe_of(p, &s->node.id));
+	fresh = p->below->ops->lookup(p->below, &s->node.id, NULL) != 0;
+	rc = p->cache->ops->commit(res, &m, TIER_COMMIT_DIRTY | (fresh ? TIER_COMMIT_FRESH : 0),
+				   &rd);
+	pthread_mutex_unlock(stripe_of(p, &s->node.id));
 	if (rc)
 		return rc;
 	p->cache->ops->stat(rd, &a);
@@ -739,14 +754,20 @@ static int pipe_usage(struct tier *t, struct tier_usage *u)
 	struct pipeline *p = pipe_of(t);
 	struct tier_usage c = { 0 };
 
-	if (p->cache)
-		p->cache->ops->usage(p->cache, &c);
 	if (!p->below) {
-		*u = c;
+		p->cache->ops->usage(p->cache, u);
 		return 0;
 	}
+	/* under every stripe: a dump publishes below and marks the block clean under its
+	 * stripe, so the two counts are taken between dumps, never in the middle of one */
+	for (int i = 0; i < NSTRIPES; i++)
+		pthread_mutex_lock(&p->stripe[i]);
 	p->below->ops->usage(p->below, u);
-	u->blocks += c.dirty_blocks; /* committed, not yet on disk */
+	if (p->cache)
+		p->cache->ops->usage(p->cache, &c);
+	for (int i = NSTRIPES; i-- > 0;)
+		pthread_mutex_unlock(&p->stripe[i]);
+	u->blocks += c.fresh_blocks; /* committed, with no copy below yet */
 	return 0;
 }
 
@@ -794,6 +815,8 @@ static void pipe_metrics(struct tier *t, struct metrics *m)
 			c.streamed_opens);
 	metrics_gauge(m, "ucmfs_disk_queue_depth", "Disk operations queued or running.",
 		      "queue=\"dump\"", (double)c.dump_queue);
+	metrics_counter(m, "ucmfs_tier_bytes_out_total", "Bytes read from the tier.",
+			"tier=\"mem\"", counter_get(&p->mem_bytes_out));
 	metrics_histogram(m, "ucmfs_load_seconds", "Time to load a block from disk into memory.",
 			  "", &p->load_hist);
 	metrics_histogram(m, "ucmfs_dump_seconds", "Time to write a block from memory to disk.",

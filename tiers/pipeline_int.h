@@ -64,6 +64,7 @@ struct pipeline {
 
 	atomic_uint_fast64_t commits_ok, commits_incomplete, commits_failed;
 	atomic_uint_fast64_t dumps, dump_errors, loads, load_errors, spills, streamed;
+	counter_t mem_bytes_out;     /* bytes read out of memory (readers and dumps) */
 	struct histogram load_hist, dump_hist;
 	_Atomic int64_t last_commit; /* see commit_time() */
 };

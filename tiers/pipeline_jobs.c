@@ -13,11 +13,11 @@
  * A load is single-flight and streaming. The first reader of a block that is only on disk
  * creates a `struct loading`: a cache reservation of the block's size split into pieces of
  * PIECE bytes, each TODO, BUSY or DONE. Every reader fetches (or waits for) just the pieces its
- * read covers, so the first bytes come back as soon as their piece is in; from the first read
- * on, a worker fetches the others in order ahead of it (from the piece after it, wrapping
- * around), in parallel with the readers (the tier below allows parallel reads of one handle).
- * The worker starts at the first read, not at open, so that a reader of one shard finds the
- * disk free for its own piece. When every piece is in, the worker admits the block into the cache
+ * read covers, so the first bytes come back as soon as their piece is in; a worker fetches the
+ * others in order ahead of it (from the piece after the first read, wrapping around), in
+ * parallel with the readers (the tier below allows parallel reads of one handle). The worker
+ * is queued at open (an open loads the block, DESIGN.md section 3) but gives the first read
+ * HINT_WAIT to arrive, so that a reader of one shard finds the disk free for its own piece. When every piece is in, the worker admits the block into the cache
  * (TIER_COMMIT_LOADED|PIN, under the stripe, only if the version below is still the one read)
  * and the load leaves the in-flight map; its readers keep reading its buffer, which is now the
  * cache's pinned block (or, if admission was refused, their private copy).
@@ -36,6 +36,7 @@
 #define DUMP_RETRIES 3
 #define SWEEP_MS 1000
 #define PIECE (256u << 10)
+#define HINT_WAIT_NS 2000000 /* how long the worker waits for the first read to say where */
 #define MAX_PIECES 4096
 
 enum { P_TODO, P_BUSY, P_DONE };
@@ -65,8 +66,9 @@ struct loading {
 	uint8_t *state;              /* per piece */
 	int err;                     /* first fetch error */
 	bool finished;               /* admitted, refused or failed */
-	bool queued;                 /* the worker's job was queued (at the first read) */
-	uint32_t start;              /* the piece the worker starts from: the first one read */
+	bool queued;                 /* the worker's job was queued */
+	bool hinted;                 /* a read has set start */
+	uint32_t start;              /* the piece the worker starts from: after the first read */
 	int64_t t0;
 };
 
@@ -272,6 +274,7 @@ int dump(struct pipeline *p, struct tier_handle *rd, const struct blockid *id, u
 	}
 	tier_close(rd);
 	if (rc == 0) {
+		counter_add(&p->mem_bytes_out, a.size);
 		atomic_fetch_add(&p->dumps, 1);
 		histogram_observe(&p->dump_hist, mono_ns() - t0);
 	}
@@ -326,6 +329,11 @@ void load_put(struct pipeline *p, struct loading *ld)
 
 	pthread_mutex_lock(&p->lock);
 	last = --ld->refs == 0;
+	if (last && ld->listed) {
+		/* never run (an empty block, or its first read failed): nobody reads it now */
+		idmap_remove(&p->loading, &ld->node);
+		ld->listed = false;
+	}
 	pthread_mutex_unlock(&p->lock);
 	if (last)
 		load_free(p, ld);
@@ -376,6 +384,17 @@ static void load_run(struct pipeline *p, struct loading *ld)
 	struct tier_handle *rd = NULL;
 	int rc = 0;
 
+	/* give the first read a moment to say where the reader is */
+	pthread_mutex_lock(&ld->lock);
+	while (!ld->hinted && ld->npieces && mono_ns() < ld->t0 + HINT_WAIT_NS) {
+		struct timespec ts;
+		int64_t until = wall_ns() + (ld->t0 + HINT_WAIT_NS - mono_ns());
+
+		ts.tv_sec = until / 1000000000;
+		ts.tv_nsec = until % 1000000000;
+		pthread_cond_timedwait(&ld->cond, &ld->lock, &ts);
+	}
+	pthread_mutex_unlock(&ld->lock);
 	for (uint32_t k = 0; k < ld->npieces && rc == 0; k++)
 		rc = fetch_piece(p, ld, (ld->start + k) % ld->npieces);
 	if (rc == 0) {
@@ -458,7 +477,8 @@ static struct loading *load_new(struct pipeline *p, const struct blockid *id,
 	ld->npieces = (uint32_t)pieces;
 	ld->state = calloc(pieces ? pieces : 1, 1);
 	if (!ld->state ||
-	    p->cache->ops->reserve(p->cache, id, TIER_RESERVE_NOWAIT, ld->a.size, &ld->r) ||
+	    p->cache->ops->reserve(p->cache, id, TIER_RESERVE_NOWAIT | TIER_RESERVE_OVERWRITE,
+				   ld->a.size, &ld->r) ||
 	    p->cache->ops->truncate(ld->r, ld->a.size)) {
 		if (ld->r)
 			p->cache->ops->abort(ld->r);
@@ -470,6 +490,35 @@ static struct loading *load_new(struct pipeline *p, const struct blockid *id,
 	pthread_mutex_init(&ld->lock, NULL);
 	pthread_cond_init(&ld->cond, NULL);
 	return ld;
+}
+
+/* Queue the worker's part, once. */
+static void load_kick(struct pipeline *p, struct loading *ld)
+{
+	bool kick;
+
+	pthread_mutex_lock(&ld->lock);
+	kick = !ld->queued;
+	ld->queued = true;
+	pthread_mutex_unlock(&ld->lock);
+	if (!kick)
+		return;
+	pthread_mutex_lock(&p->lock);
+	ld->refs++; /* the job's */
+	pthread_mutex_unlock(&p->lock);
+	enqueue_load(p, ld);
+}
+
+/* The first read tells the worker where to start: just after it. */
+static void load_hint(struct loading *ld, uint32_t next)
+{
+	pthread_mutex_lock(&ld->lock);
+	if (!ld->hinted) {
+		ld->hinted = true;
+		ld->start = next;
+		pthread_cond_broadcast(&ld->cond);
+	}
+	pthread_mutex_unlock(&ld->lock);
 }
 
 int load_open(struct pipeline *p, const struct blockid *id, struct loading **out,
@@ -510,7 +559,7 @@ int load_open(struct pipeline *p, const struct blockid *id, struct loading **out
 		*out = LD(n);
 	} else if (idmap_insert(&p->loading, &ld->node) == 0) {
 		ld->listed = true;
-		ld->refs = p->started ? 2 : 1; /* the reader, and the worker's job */
+		ld->refs = 1; /* the reader; the worker's job takes its own when queued */
 		*out = ld;
 	}
 	pthread_mutex_unlock(&p->lock);
@@ -529,26 +578,12 @@ int load_open(struct pipeline *p, const struct blockid *id, struct loading **out
 		pthread_mutex_lock(&p->lock);
 		ld->refs++;
 		pthread_mutex_unlock(&p->lock);
-		ld->queued = true;
+		ld->queued = ld->hinted = true;
 		load_run(p, ld);
+		return 0;
 	}
+	load_kick(p, ld); /* an open loads the block */
 	return 0;
-}
-
-/* Queue the worker's part, once, starting after piece `first`. */
-static void load_kick(struct pipeline *p, struct loading *ld, uint32_t first)
-{
-	bool kick;
-
-	pthread_mutex_lock(&ld->lock);
-	kick = !ld->queued;
-	if (kick) {
-		ld->queued = true;
-		ld->start = first;
-	}
-	pthread_mutex_unlock(&ld->lock);
-	if (kick)
-		enqueue_load(p, ld);
 }
 
 int load_wait(struct loading *ld)
@@ -565,21 +600,21 @@ int load_wait(struct loading *ld)
 
 int load_start(struct pipeline *p, struct loading *ld)
 {
-	load_kick(p, ld, 0);
+	load_kick(p, ld);
 	return load_wait(ld);
 }
 
 /* Fetch the pieces covering [off, end), then let the worker go on ahead. 0 or an error. */
 static int fetch_range(struct pipeline *p, struct loading *ld, uint64_t off, uint64_t end)
 {
+	/* the first read points the worker just past itself */
+	load_hint(ld, (uint32_t)((end - 1) / ld->piece + 1) % ld->npieces);
 	for (uint64_t i = off / ld->piece; i * ld->piece < end; i++) {
 		int rc = fetch_piece(p, ld, (uint32_t)i);
 
 		if (rc)
 			return rc;
 	}
-	/* now that this read has its bytes, the worker fetches the rest ahead of it */
-	load_kick(p, ld, (uint32_t)((end - 1) / ld->piece + 1) % ld->npieces);
 	return 0;
 }
 

@@ -76,6 +76,7 @@ struct posix {
 	struct pentry lru;       /* recency list sentinel; protected by lock */
 	struct dlheap deadlines; /* TTL index (stale entries skipped); protected by lock */
 	uint64_t phys_used;      /* protected by lock */
+	uint64_t pending;        /* room promised to open reservations; protected by lock */
 	atomic_uint_fast64_t quarantined, temp_removed, skipped;
 	counter_t hits, misses, bytes_read, bytes_written, expirations, checksum_failures;
 	counter_t evictions;
@@ -99,6 +100,7 @@ struct phandle {
 	struct tier_chunk *ctab; /* read: the chunk table in tier form */
 	struct block_attr attr;  /* read */
 	uint64_t room;           /* write: payload bytes make_room() has allowed for */
+	uint64_t promised;       /* write: all the room promised (header too), given back at end */
 	XXH3_state_t *xx;        /* write: running checksum of bytes [0, hashed) */
 	uint64_t hashed;
 	char tmp[PATH_MAX];      /* write: temp file */
@@ -287,33 +289,51 @@ static int take_expired(struct posix *p, int64_t now, struct blockid *ids, int m
 static int make_room(struct posix *p, uint64_t need)
 {
 	struct blockid victims[64];
+	struct pentry *cand[64];
 	int64_t now = mono_ns();
-	uint64_t cap, want, freed = 0;
-	int nv = 0, rc = 0;
+	uint64_t cap, want, freed = 0, more = 0;
+	int nv = 0, nc = 0, rc = 0;
 
 	pthread_mutex_lock(&p->lock);
+	/* open reservations have been promised their room already */
 	cap = capacity_now(p, p->phys_used);
-	if (p->phys_used + need <= cap) {
+	if (p->phys_used + p->pending + need <= cap) {
+		p->pending += need;
 		pthread_mutex_unlock(&p->lock);
 		return 0;
 	}
-	want = p->phys_used + need - cap;
-	nv = take_expired(p, now, victims, 64, &freed, want);
-	for (struct pentry *e = p->lru.next, *next; e != &p->lru && freed < want && nv < 64;
-	     e = next) {
-		next = e->next;
+	want = p->phys_used + p->pending + need - cap;
+	/* expired blocks go first, whatever happens next: they are invisible anyway */
+	nv = take_expired(p, now, victims, 32, &freed, want);
+	/* then the coldest ones nobody reads, but only if that frees enough */
+	for (struct pentry *e = p->lru.next; e != &p->lru && freed + more < want && nc < 64;
+	     e = e->next) {
 		if (e->opens)
 			continue;
-		freed += e->phys;
-		victims[nv++] = e->node.id;
-		counter_add(&p->evictions, 1);
-		index_del(p, e);
+		cand[nc++] = e;
+		more += e->phys;
 	}
-	if (freed < want)
+	if (freed + more < want) {
 		rc = -ENOSPC;
+	} else {
+		for (int i = 0; i < nc && nv < 64; i++) {
+			victims[nv++] = cand[i]->node.id;
+			counter_add(&p->evictions, 1);
+			index_del(p, cand[i]);
+		}
+		p->pending += need;
+	}
 	pthread_mutex_unlock(&p->lock);
 	unlink_blocks(p, victims, nv);
 	return rc;
+}
+
+/* Give back room promised to a reservation. */
+static void release_room(struct posix *p, uint64_t room)
+{
+	pthread_mutex_lock(&p->lock);
+	p->pending -= room < p->pending ? room : p->pending;
+	pthread_mutex_unlock(&p->lock);
 }
 
 /*
@@ -398,6 +418,8 @@ static struct phandle *new_handle(struct posix *p, const struct blockid *id)
 
 static void free_handle(struct phandle *h)
 {
+	if (h->promised)
+		release_room(posix_of(h->base.tier), h->promised);
 	if (h->fd >= 0)
 		close(h->fd);
 	if (h->xx)
@@ -442,10 +464,12 @@ static int posix_open(struct tier *t, const struct blockid *id, unsigned flags,
 
 	rc = posix_lookup(t, id, NULL);
 	if (rc) {
-		counter_add(&p->misses, 1);
+		if (!(flags & TIER_OPEN_INTERNAL))
+			counter_add(&p->misses, 1);
 		return rc;
 	}
-	counter_add(&p->hits, 1);
+	if (!(flags & TIER_OPEN_INTERNAL))
+		counter_add(&p->hits, 1);
 	h = new_handle(p, id);
 	if (!h)
 		return -ENOMEM;
@@ -767,11 +791,14 @@ static int posix_reserve(struct tier *t, const struct blockid *id, unsigned flag
 	if (rc)
 		return rc;
 	h = new_handle(p, id);
-	if (!h)
+	if (!h) {
+		release_room(p, payload_off(p) + buf_round(size_hint));
 		return -ENOMEM;
+	}
 	h->writing = true;
 	h->verified = true;
 	h->room = buf_round(size_hint);
+	h->promised = payload_off(p) + h->room;
 	h->xx = XXH3_createState();
 	if (!h->xx) {
 		free_handle(h);
@@ -804,12 +831,16 @@ static ssize_t posix_write(struct tier_handle *th, const void *buf, size_t len, 
 
 		if (rc)
 			return rc;
+		h->promised += room - h->room;
 		h->room = room;
 	}
 	n = pwrite_full(h->fd, buf, len, h->payload + off);
 	if ((n == -ENOSPC || n == -EDQUOT) &&
-	    make_room(posix_of(th->tier), buf_round(len) + (64u << 20)) == 0)
-		n = pwrite_full(h->fd, buf, len, h->payload + off); /* the filesystem filled up */
+	    make_room(posix_of(th->tier), buf_round(len) + (1u << 20)) == 0) {
+		/* the filesystem filled up (others write to it too): free a little, once */
+		h->promised += buf_round(len) + (1u << 20);
+		n = pwrite_full(h->fd, buf, len, h->payload + off);
+	}
 	if (n < 0)
 		return io_error((int)n);
 	counter_add(&posix_of(th->tier)->bytes_written, (uint64_t)n);

@@ -109,6 +109,8 @@ int disk_header_decode(const uint8_t *in, struct disk_header *h)
 	for (uint32_t i = 0; i < h->nchunks; i++) {
 		h->chunk[i].len = get32(in + OFF_TABLE + 12 * i);
 		h->chunk[i].csum = get64(in + OFF_TABLE + 12 * i + 4);
+		if (h->chunk[i].len > h->chunk_size)
+			return -EBADMSG; /* a stored chunk is never longer than its raw bytes */
 		total += h->chunk[i].len;
 	}
 	if (h->nchunks) {

@@ -94,6 +94,8 @@ struct block_meta {
 #define TIER_RESERVE_NOWAIT 4u /* (cache) fail -ENOSPC at once rather than wait for room */
 #define TIER_RESERVE_SEQ 8u    /* the whole block will be written once, in order from 0: a
 				  compressing tier may encode it as it arrives */
+#define TIER_RESERVE_OVERWRITE 16u /* (cache) every byte is written before any is read or
+				      committed: a reused buffer need not be cleared */
 
 /* commit() flags */
 #define TIER_COMMIT_DIRTY 1u   /* (cache) bytes are not yet safe below: never evict them */
@@ -101,6 +103,8 @@ struct block_meta {
 #define TIER_COMMIT_DURABLE 4u /* (disk) durable before commit returns */
 #define TIER_COMMIT_PIN 8u     /* the handle returned in *rd is a pin, not an internal ref */
 #define TIER_COMMIT_TRY 16u    /* (pipeline) incomplete: fail -EIO but keep the handle usable */
+#define TIER_COMMIT_FRESH 32u  /* (cache, with DIRTY) no version of the id is below yet:
+				  counted in usage().fresh_blocks until clean */
 
 struct tier;
 struct tier_handle;
@@ -112,6 +116,7 @@ struct tier_usage {
 	uint64_t used;       /* bytes */
 	uint64_t blocks;     /* committed, live blocks */
 	uint64_t dirty_blocks; /* (cache) blocks not yet safe below */
+	uint64_t fresh_blocks; /* (cache) dirty blocks of ids with no version below at all */
 	uint64_t fs_free;    /* bytes free on the underlying filesystem (disk tiers), else 0 */
 };
 
