@@ -199,7 +199,8 @@ static double get(const struct stats *st, const char *name, const char *labels)
 	return any ? sum : NAN;
 }
 
-/* A histogram's cumulative buckets (upper bounds and counts), difference now - before. */
+/* The q-quantile of a histogram's observations (of those since `before`, if not NULL), in
+ * seconds; -1 if there are none. */
 static double hist_quantile(const struct stats *now, const struct stats *before,
 			    const char *name, double q)
 {
@@ -228,9 +229,18 @@ static double hist_quantile(const struct stats *now, const struct stats *before,
 	total = cnt[nb - 1];
 	if (total <= 0)
 		return -1;
-	for (size_t i = 0; i < nb; i++)
-		if (cnt[i] >= q * total)
-			return isinf(le[i]) ? (i ? le[i - 1] : -1) : le[i];
+	/* the rank's bucket, interpolated linearly inside it (as PromQL histogram_quantile) */
+	for (size_t i = 0; i < nb; i++) {
+		double lo = i ? le[i - 1] : 0, below = i ? cnt[i - 1] : 0;
+
+		if (cnt[i] < q * total)
+			continue;
+		if (isinf(le[i]))
+			return i ? le[i - 1] : -1;
+		if (cnt[i] <= below)
+			return le[i];
+		return lo + (le[i] - lo) * (q * total - below) / (cnt[i] - below);
+	}
 	return -1;
 }
 
@@ -367,7 +377,8 @@ static void print_stat(const char *mnt, const struct stats *st)
 	       num(get(st, "ucmfs_commits_total", "result=\"ok\""), a, sizeof(a)),
 	       num(get(st, "ucmfs_commits_total", "result=\"incomplete\""), b, sizeof(b)),
 	       num(get(st, "ucmfs_commits_total", "result=\"failed\""), c, sizeof(c)));
-	printf("%-13s loads %s (%s failed, p50 %s, p99 %s), dumps %s (%s failed, p99 %s)\n",
+	if (disks)
+		printf("%-13s loads %s (%s failed, p50 %s, p99 %s), dumps %s (%s failed, p99 %s)\n",
 	       "disk io", num(get(st, "ucmfs_loads_total", ""), a, sizeof(a)),
 	       num(get(st, "ucmfs_load_errors_total", ""), b, sizeof(b)),
 	       fmt_seconds(hist_quantile(st, NULL, "ucmfs_load_seconds", 0.5), c, sizeof(c)),
@@ -481,7 +492,7 @@ static void print_top(const char *mnt, const struct stats *now, const struct sta
 		       rate_str(rate(now, before, "ucmfs_tier_evictions_total", l), f, sizeof(f)),
 		       num(get(now, "ucmfs_tier_blocks", l), g, sizeof(g)),
 		       bytes_or_dash(get(now, "ucmfs_tier_bytes", l), k, sizeof(k)),
-		       disks > 1 ? "  " : "", disks > 1 ? rows[i].store : "");
+		       disks > 1 && rows[i].store[0] ? "  " : "", disks > 1 ? rows[i].store : "");
 	}
 	printf("read %s  write %s  opens/s %s  queries/s %s  load p99 %s  dump p99 %s  "
 	       "dump queue %s\n",

@@ -499,6 +499,14 @@ int cmd_verify(int argc, char **argv)
 			goto out;
 		}
 	}
+	if (!ucmctl_stop) {
+		char text[160], b[32];
+
+		snprintf(text, sizeof(text), "%llu/%llu blocks  %s  %llu damaged",
+			 (unsigned long long)v.done_files, (unsigned long long)v.files,
+			 fmt_bytes((double)v.done_bytes, b, sizeof(b)), (unsigned long long)v.damaged);
+		progress_draw(&v.bar, 1, 1, text, true);
+	}
 	progress_end(&v.bar);
 	for (size_t i = 0; i < nj; i++)
 		printf("%s %s (layout=%s)%s", i ? "," : "verified", jobs[i].path,

@@ -266,13 +266,20 @@ START_TEST(test_cache_internal_refs_do_not_pin)
 	put_blk(t, 0, 0);
 	ck_assert_int_eq(t->ops->open(t, &id, TIER_OPEN_INTERNAL, &in), 0);
 	ck_assert_int_eq(tu_lookup(t, &id, &a), 0);
-	ck_assert_uint_eq(a.pins, 0);
-	/* an internal reference keeps the bytes, not the block */
-	for (int i = 1; i <= 4; i++)
+	ck_assert_uint_eq(a.pins, 0); /* not a pin: readers see none */
+	/* but while it is held, evicting it would free nothing: others go first, and room
+	 * that only it could give is not there */
+	for (int i = 1; i <= 3; i++)
 		put_blk(t, i, 0);
-	ck_assert(!present(t, 0));
+	ck_assert(present(t, 0));
+	ck_assert_int_eq(tu_put(t, &(struct blockid){ .b = { 0xee } }, 1, BLK, 0, 0, 0), 0);
+	ck_assert(present(t, 0));
 	tu_check_read(in, &id, 1, BLK, 0, BLK);
 	tier_close(in);
+	/* once let go it is evictable like any other */
+	for (int i = 4; i <= 8; i++)
+		put_blk(t, i, 0);
+	ck_assert(!present(t, 0));
 	ck_assert_uint_le(usage(t).used, 4 * BLK);
 	tier_destroy(t);
 }

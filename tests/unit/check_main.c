@@ -17,6 +17,11 @@
 #include "src/log.h"
 #include "tests/unit/unit.h"
 
+/* suites of check_cache_model.c, check_compress.c, check_shuffle.c */
+Suite *cache_model_suite(void);
+Suite *compress_suite(void);
+Suite *shuffle_suite(void);
+
 static const struct {
 	const char *name;
 	Suite *(*make)(void);
@@ -30,6 +35,9 @@ static const struct {
 	{ "cache", cache_suite },
 	{ "posix", posix_suite },
 	{ "pipeline", pipeline_suite },
+	{ "cache_model", cache_model_suite },
+	{ "compress", compress_suite },
+	{ "shuffle", shuffle_suite },
 };
 
 #define NFIXED (sizeof(fixed) / sizeof(fixed[0]))

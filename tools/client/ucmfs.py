@@ -204,7 +204,8 @@ class Client:
 
     def close(self):
         for fd in (self.dfd, self.qfd):
-            os.close(fd)
+            if fd >= 0:
+                os.close(fd)
         self.dfd = self.qfd = -1
 
     def __enter__(self):
@@ -260,6 +261,8 @@ class Client:
                 del out[got:]
                 return bytes(out)
             mv = _bytes_view(out)
+            if mv.readonly:
+                raise TypeError('get: the output buffer is read-only')
             if length is not None:
                 mv = mv[:length]
             return _pread_into(fd, mv, offset)
