@@ -492,50 +492,50 @@ static bool present(struct ucmfs *fs, const struct blockid *id, struct block_att
 	return fs->pipe->ops->lookup(fs->pipe, id, a) == 0;
 }
 
-/* The value of user.ucm.prefix, .hits or .last (caller frees *value). Length or -errno. */
+/* The value of user.ucm.prefix, .hits or .last (caller frees *value). Length or -errno.
+ * One pass over the ids per tier, each tier's lock taken once. */
 static int answer(struct ucmfs *fs, struct qfile *q, const char *name, char **value)
 {
 	struct blockid *ids = NULL;
 	int64_t t0 = mono_ns();
 	size_t n = 0, i;
 	long long last = -1;
+	uint8_t *hit;
 	char *out;
 	int len, rc;
 
 	rc = parse_ids(fs, q, &ids, &n);
 	if (rc)
 		return rc;
+	hit = calloc(n ? n : 1, 1);
+	out = malloc(n + 32);
+	if (!hit || !out) {
+		free(ids);
+		free(hit);
+		free(out);
+		return -ENOMEM;
+	}
+	fs->pipe->ops->present(fs->pipe, ids, n, hit);
 	if (!strcmp(name, "user.ucm.hits")) {
-		out = malloc(n + 1);
-		if (!out) {
-			free(ids);
-			return -ENOMEM;
-		}
 		for (i = 0; i < n; i++)
-			out[i] = present(fs, &ids[i], NULL) ? '1' : '0';
+			out[i] = hit[i] ? '1' : '0';
 		out[n] = '\0';
 		len = (int)n;
+	} else if (!strcmp(name, "user.ucm.prefix")) {
+		for (i = 0; i < n && hit[i]; i++)
+			;
+		len = snprintf(out, 32, "%zu", i);
 	} else {
-		out = malloc(32);
-		if (!out) {
-			free(ids);
-			return -ENOMEM;
-		}
-		if (!strcmp(name, "user.ucm.prefix")) {
-			for (i = 0; i < n && present(fs, &ids[i], NULL); i++)
-				;
-			len = snprintf(out, 32, "%zu", i);
-		} else {
-			for (i = n; i-- > 0;) {
-				if (present(fs, &ids[i], NULL)) {
-					last = (long long)i;
-					break;
-				}
+		for (i = n; i-- > 0;) {
+			if (hit[i]) {
+				last = (long long)i;
+				break;
 			}
-			len = snprintf(out, 32, "%lld", last);
 		}
+		len = snprintf(out, 32, "%lld", last);
 	}
 	free(ids);
+	free(hit);
 	counter_add(&fs->queries_total, 1);
 	histogram_observe(&fs->query_hist, mono_ns() - t0);
 	*value = out;

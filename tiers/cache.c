@@ -467,6 +467,23 @@ static int cache_lookup(struct tier *t, const struct blockid *id, struct block_a
 	return b ? 0 : -ENOENT;
 }
 
+static void cache_present(struct tier *t, const struct blockid *ids, size_t n, uint8_t *hit)
+{
+	struct cache *c = cache_of(t);
+	int64_t now = mono_ns();
+
+	pthread_mutex_lock(&c->lock);
+	for (size_t i = 0; i < n; i++) {
+		struct idnode *x;
+
+		if (hit[i])
+			continue;
+		x = idmap_find(&c->map, &ids[i]);
+		hit[i] = x && !expired(CB(x), now);
+	}
+	pthread_mutex_unlock(&c->lock);
+}
+
 static int cache_open(struct tier *t, const struct blockid *id, unsigned flags,
 		      struct tier_handle **out)
 {
@@ -1035,6 +1052,7 @@ const struct tier_ops tier_cache_ops = {
 	.name = "cache",
 	.destroy = cache_destroy,
 	.lookup = cache_lookup,
+	.present = cache_present,
 	.open = cache_open,
 	.read = cache_read,
 	.data = cache_data,

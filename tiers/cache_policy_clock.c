@@ -1,7 +1,8 @@
 /*
  * CLOCK (second chance): evictable entries on a ring swept by a hand. A use sets an entry's
  * referenced bit; the hand clears set bits as it passes and evicts the first entry whose bit
- * is clear. New entries join just behind the hand, so they are the last it reaches.
+ * is clear. New entries join just behind the hand, so they are the last it reaches, with the
+ * bit clear: a block touched since has its second chance over one that was not.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -34,7 +35,7 @@ static void clock_admitted(void *priv, struct policy_entry *e)
 {
 	struct clock *c = priv;
 
-	e->referenced = 1;
+	e->referenced = 0;
 	plist_insert_before(c->hand, e);
 }
 

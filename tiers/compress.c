@@ -575,6 +575,13 @@ static int c_lookup(struct tier *t, const struct blockid *id, struct block_attr 
 	return b->ops->lookup(b, id, attr);
 }
 
+static void c_present(struct tier *t, const struct blockid *ids, size_t n, uint8_t *hit)
+{
+	struct tier *b = ct_of(t)->below;
+
+	b->ops->present(b, ids, n, hit);
+}
+
 static int c_remove(struct tier *t, const struct blockid *id)
 {
 	struct tier *b = ct_of(t)->below;
@@ -658,6 +665,7 @@ const struct tier_ops tier_compress_ops = {
 	.name = "compress",
 	.destroy = c_destroy,
 	.lookup = c_lookup,
+	.present = c_present,
 	.open = c_open,
 	.read = c_read,
 	.layout = c_layout,

@@ -56,6 +56,7 @@ struct session {
 	bool spilled;
 	bool durable;
 	bool replacing;
+	bool modified;               /* written or resized since it was opened (or O_TRUNC) */
 	struct extents ext;
 	uint64_t declared;           /* ftruncate size, or NO_SIZE */
 	_Atomic int64_t ttl_ms;      /* set under p->lock by set_ttl, read at publish */
@@ -92,6 +93,16 @@ static int pipe_lookup(struct tier *t, const struct blockid *id, struct block_at
 	if (rc == 0 && attr)
 		*attr = a;
 	return rc;
+}
+
+static void pipe_present(struct tier *t, const struct blockid *ids, size_t n, uint8_t *hit)
+{
+	struct pipeline *p = pipe_of(t);
+
+	if (p->cache)
+		p->cache->ops->present(p->cache, ids, n, hit);
+	if (p->below)
+		p->below->ops->present(p->below, ids, n, hit);
 }
 
 /* --- reading ----------------------------------------------------------------------------- */
@@ -359,9 +370,26 @@ static int pipe_reserve(struct tier *t, const struct blockid *id, unsigned flags
 
 	if (!h)
 		return -ENOMEM;
+	/* a new session is made (and locked) before p->lock is taken: the order everywhere is
+	 * session lock -> p->lock (a replacement's copy opens the old block under its lock) */
+	s = calloc(1, sizeof(*s));
+	if (!s) {
+		free(h);
+		return -ENOMEM;
+	}
+	s->node.id = *id;
+	s->refs = 1;
+	s->declared = NO_SIZE;
+	atomic_init(&s->ttl_ms, p->default_ttl_ms);
+	extents_init(&s->ext);
+	pthread_mutex_init(&s->lock, NULL);
+	pthread_mutex_lock(&s->lock);
 	pthread_mutex_lock(&p->lock);
 	n = idmap_find(&p->sessions, id);
 	if (n) {
+		/* join the writers of this id */
+		pthread_mutex_unlock(&s->lock);
+		session_free(s);
 		s = SESSION(n);
 		if (flags & TIER_RESERVE_EXCL) {
 			pthread_mutex_unlock(&p->lock);
@@ -375,31 +403,14 @@ static int pipe_reserve(struct tier *t, const struct blockid *id, unsigned flags
 		return 0;
 	}
 	committed = pipe_lookup(t, id, &old) == 0;
-	if (committed && (flags & TIER_RESERVE_EXCL)) {
-		pthread_mutex_unlock(&p->lock);
-		free(h);
-		return -EEXIST;
-	}
-	s = calloc(1, sizeof(*s));
-	if (!s) {
-		pthread_mutex_unlock(&p->lock);
-		free(h);
-		return -ENOMEM;
-	}
-	s->node.id = *id;
-	s->refs = 1;
-	s->declared = NO_SIZE;
-	atomic_init(&s->ttl_ms, p->default_ttl_ms);
 	s->replacing = committed;
-	extents_init(&s->ext);
-	pthread_mutex_init(&s->lock, NULL);
-	pthread_mutex_lock(&s->lock);
-	if (idmap_insert(&p->sessions, &s->node)) {
+	s->modified = !committed || (flags & TIER_RESERVE_TRUNC);
+	if ((committed && (flags & TIER_RESERVE_EXCL)) || idmap_insert(&p->sessions, &s->node)) {
 		pthread_mutex_unlock(&p->lock);
 		pthread_mutex_unlock(&s->lock);
 		session_free(s);
 		free(h);
-		return -ENOMEM;
+		return committed ? -EEXIST : -ENOMEM;
 	}
 	pthread_mutex_unlock(&p->lock);
 
@@ -448,6 +459,7 @@ static ssize_t pipe_write(struct tier_handle *th, const void *buf, size_t len, u
 	if (off > p->limit || len > p->limit - off)
 		return -EFBIG; /* nothing written: what was written before still counts */
 	pthread_mutex_lock(&s->lock);
+	s->modified = true;
 	n = session_write(p, s, &s->node.id, buf, len, off);
 	pthread_mutex_unlock(&s->lock);
 	return n;
@@ -472,6 +484,7 @@ static int pipe_truncate(struct tier_handle *th, uint64_t size)
 	}
 	if (rc == 0) {
 		s->declared = size;
+		s->modified = true;
 		extents_clip(&s->ext, size);
 	}
 	pthread_mutex_unlock(&s->lock);
@@ -525,9 +538,11 @@ static int publish(struct pipeline *p, struct session *s, uint64_t size)
 		pthread_mutex_t *st = stripe_of(p, &s->node.id);
 
 		pthread_mutex_lock(st);
+		pthread_rwlock_rdlock(&p->usage_lock);
 		if (p->cache)
 			p->cache->ops->remove(p->cache, &s->node.id);
 		rc = p->below->ops->commit(res, &m, durable ? TIER_COMMIT_DURABLE : 0, NULL);
+		pthread_rwlock_unlock(&p->usage_lock);
 		pthread_mutex_unlock(st);
 		return rc;
 	}
@@ -585,7 +600,10 @@ static int pipe_commit(struct tier_handle *th, const struct block_meta *meta, un
 	if (last) {
 		pthread_mutex_lock(&s->lock);
 		ok = complete(p, s, &size);
-		rc = ok ? publish(p, s, size) : -EIO;
+		if (ok && !s->modified)
+			rc = 0; /* opened for writing, left as it was (touch): nothing new to publish */
+		else
+			rc = ok ? publish(p, s, size) : -EIO;
 		pthread_mutex_unlock(&s->lock);
 		session_free(s);
 		if (!ok)
@@ -758,15 +776,13 @@ static int pipe_usage(struct tier *t, struct tier_usage *u)
 		p->cache->ops->usage(p->cache, u);
 		return 0;
 	}
-	/* under every stripe: a dump publishes below and marks the block clean under its
-	 * stripe, so the two counts are taken between dumps, never in the middle of one */
-	for (int i = 0; i < NSTRIPES; i++)
-		pthread_mutex_lock(&p->stripe[i]);
+	/* between publications below: a dump publishes below and marks the block clean
+	 * holding usage_lock shared, so the two counts never see half of one */
+	pthread_rwlock_wrlock(&p->usage_lock);
 	p->below->ops->usage(p->below, u);
 	if (p->cache)
 		p->cache->ops->usage(p->cache, &c);
-	for (int i = NSTRIPES; i-- > 0;)
-		pthread_mutex_unlock(&p->stripe[i]);
+	pthread_rwlock_unlock(&p->usage_lock);
 	u->blocks += c.fresh_blocks; /* committed, with no copy below yet */
 	return 0;
 }
@@ -784,6 +800,7 @@ static void pipe_destroy(struct tier *t)
 		pthread_mutex_destroy(&p->stripe[i]);
 	pthread_mutex_destroy(&p->lock);
 	pthread_mutex_destroy(&p->qlock);
+	pthread_rwlock_destroy(&p->usage_lock);
 	pthread_cond_destroy(&p->qcond);
 	pthread_cond_destroy(&p->qidle);
 	pthread_cond_destroy(&p->sweep_cond);
@@ -831,6 +848,7 @@ const struct tier_ops tier_pipeline_ops = {
 	.name = "pipeline",
 	.destroy = pipe_destroy,
 	.lookup = pipe_lookup,
+	.present = pipe_present,
 	.open = pipe_open,
 	.read = pipe_read,
 	.data = pipe_data,
@@ -891,6 +909,7 @@ int pipeline_create(const struct pipeline_config *cfg, struct tier **out)
 	for (int i = 0; i < NSTRIPES; i++)
 		pthread_mutex_init(&p->stripe[i], NULL);
 	pthread_mutex_init(&p->qlock, NULL);
+	pthread_rwlock_init(&p->usage_lock, NULL);
 	pthread_cond_init(&p->qcond, NULL);
 	pthread_cond_init(&p->qidle, NULL);
 	pthread_cond_init(&p->sweep_cond, NULL);

@@ -46,6 +46,7 @@ struct pipeline {
 	struct idmap loading;        /* loads in flight (single-flight); protected by lock */
 
 	pthread_mutex_t stripe[NSTRIPES];
+	pthread_rwlock_t usage_lock;  /* shared: publishing below; exclusive: counting blocks */
 
 	/* Background work. Workers take loads before dumps (a reader waits for a load, nobody
 	 * waits for a dump). qcond wakes workers only: a signal must reach one. */
@@ -64,7 +65,7 @@ struct pipeline {
 
 	atomic_uint_fast64_t commits_ok, commits_incomplete, commits_failed;
 	atomic_uint_fast64_t dumps, dump_errors, loads, load_errors, spills, streamed;
-	counter_t mem_bytes_out;     /* bytes read out of memory (readers and dumps) */
+	counter_t mem_bytes_out;     /* bytes readers got from memory */
 	struct histogram load_hist, dump_hist;
 	_Atomic int64_t last_commit; /* see commit_time() */
 };

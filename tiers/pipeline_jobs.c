@@ -263,9 +263,11 @@ int dump(struct pipeline *p, struct tier_handle *rd, const struct blockid *id, u
 		pthread_mutex_lock(st);
 		if (p->cache->ops->lookup(p->cache, id, &cur) == 0 && cur.version == version) {
 			m.deadline = cur.deadline; /* a TTL set while we wrote (under this stripe) */
+			pthread_rwlock_rdlock(&p->usage_lock);
 			rc = p->below->ops->commit(lres, &m, flags, NULL);
 			if (rc == 0)
 				p->cache->ops->mark_clean(p->cache, id, version);
+			pthread_rwlock_unlock(&p->usage_lock);
 		} else {
 			p->below->ops->abort(lres);
 			rc = -ESTALE;
@@ -274,7 +276,6 @@ int dump(struct pipeline *p, struct tier_handle *rd, const struct blockid *id, u
 	}
 	tier_close(rd);
 	if (rc == 0) {
-		counter_add(&p->mem_bytes_out, a.size);
 		atomic_fetch_add(&p->dumps, 1);
 		histogram_observe(&p->dump_hist, mono_ns() - t0);
 	}
@@ -382,6 +383,7 @@ static void load_run(struct pipeline *p, struct loading *ld)
 {
 	struct block_attr now;
 	struct tier_handle *rd = NULL;
+	uint32_t start;
 	int rc = 0;
 
 	/* give the first read a moment to say where the reader is */
@@ -394,9 +396,17 @@ static void load_run(struct pipeline *p, struct loading *ld)
 		ts.tv_nsec = until % 1000000000;
 		pthread_cond_timedwait(&ld->cond, &ld->lock, &ts);
 	}
+	ld->hinted = true; /* from now on the start stays put */
+	start = ld->start;
 	pthread_mutex_unlock(&ld->lock);
 	for (uint32_t k = 0; k < ld->npieces && rc == 0; k++)
-		rc = fetch_piece(p, ld, (ld->start + k) % ld->npieces);
+		rc = fetch_piece(p, ld, (start + k) % ld->npieces);
+	/* every piece must be in before the block is offered to memory */
+	pthread_mutex_lock(&ld->lock);
+	for (uint32_t i = 0; i < ld->npieces && rc == 0; i++)
+		if (ld->state[i] != P_DONE)
+			rc = ld->err ? ld->err : -EIO;
+	pthread_mutex_unlock(&ld->lock);
 	if (rc == 0) {
 		struct block_meta m = { .size = ld->a.size, .mtime = ld->a.mtime,
 					.deadline = ld->a.deadline, .layout = NULL };

@@ -401,6 +401,23 @@ static int posix_lookup(struct tier *t, const struct blockid *id, struct block_a
 	return rc;
 }
 
+static void posix_present(struct tier *t, const struct blockid *ids, size_t n, uint8_t *hit)
+{
+	struct posix *p = posix_of(t);
+	int64_t now = mono_ns();
+
+	pthread_mutex_lock(&p->lock);
+	for (size_t i = 0; i < n; i++) {
+		struct idnode *x;
+
+		if (hit[i])
+			continue;
+		x = idmap_find(&p->map, &ids[i]);
+		hit[i] = x && !is_expired(PE(x)->deadline, now);
+	}
+	pthread_mutex_unlock(&p->lock);
+}
+
 static struct phandle *new_handle(struct posix *p, const struct blockid *id)
 {
 	struct phandle *h = calloc(1, sizeof(*h));
@@ -1302,6 +1319,7 @@ const struct tier_ops tier_posix_ops = {
 	.name = "posix",
 	.destroy = posix_destroy,
 	.lookup = posix_lookup,
+	.present = posix_present,
 	.open = posix_open,
 	.read = posix_read,
 	.layout = posix_layout,

@@ -68,6 +68,15 @@ static int s_sync(struct tier *t, const struct blockid *id)
 	BY_ID(sync)(c, id);
 }
 
+static void s_present(struct tier *t, const struct blockid *ids, size_t n, uint8_t *hit)
+{
+	struct stripe *s = st_of(t);
+
+	/* each directory finds only its own ids */
+	for (int i = 0; i < s->n; i++)
+		s->child[i]->ops->present(s->child[i], ids, n, hit);
+}
+
 /* handle ops: the handle belongs to a child */
 static ssize_t s_read(struct tier_handle *h, void *buf, size_t len, uint64_t off)
 {
@@ -184,6 +193,7 @@ const struct tier_ops tier_stripe_ops = {
 	.name = "stripe",
 	.destroy = s_destroy,
 	.lookup = s_lookup,
+	.present = s_present,
 	.open = s_open,
 	.read = s_read,
 	.layout = s_layout,

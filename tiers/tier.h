@@ -132,6 +132,10 @@ struct tier_ops {
 	/* Attributes of the live committed version. 0, -ENOENT */
 	int (*lookup)(struct tier *t, const struct blockid *id, struct block_attr *attr);
 
+	/* For each of n ids whose hit[i] is 0, set it to 1 if the id is committed and live here.
+	 * One pass for a whole lookup query: takes each lock once, pins nothing. */
+	void (*present)(struct tier *t, const struct blockid *ids, size_t n, uint8_t *hit);
+
 	/* Open the live committed version for reading; pins it unless TIER_OPEN_INTERNAL.
 	 * 0, -ENOENT, -EIO, -ENOMEM, -ENOSPC (a cache that cannot load it) */
 	int (*open)(struct tier *t, const struct blockid *id, unsigned flags,

@@ -2,8 +2,8 @@
 # Set up ucmfs on a fresh Debian machine and use it.
 #
 #   tools/setup.sh run    install what is missing, build, mount ./mnt over ./store, show it
-#   tools/setup.sh test   install what is missing, build (-Werror, and again with ASan+UBSan),
-#                         run every test; the last line is "N passed, N failed"
+#   tools/setup.sh test   install what is missing, build (-Werror, again with ASan+UBSan, and
+#                         with TSan), run every test; the last line is "N passed, N failed"
 #
 # Packages come from Debian only, installed with apt-get when missing (as root, or via sudo).
 set -eu
@@ -113,10 +113,17 @@ cmd_test() {
 	say "building build-asan/ (ASan+UBSan, invariant checks, -Werror)"
 	build build-asan -Dwerror=true -Db_sanitize=address,undefined -Db_lundef=false \
 		-Dc_args=-DUCM_CHECK_INVARIANTS
+	say "building build-tsan/ (TSan, -Werror)"
+	build build-tsan -Dwerror=true -Db_sanitize=thread -Db_lundef=false
 	say "tests: build/"
 	run_suites build --suite unit --suite mount
 	say "tests: build-asan/ (ASan+UBSan)"
 	run_suites build-asan --suite unit --suite mount --timeout-multiplier 3
+	say "tests: build-tsan/ (TSan: the suites that run threads)"
+	export TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1
+	run_suites build-tsan \
+		--timeout-multiplier 4 cache cache_model pipeline compress tier_cache tier_pipeline \
+		tier_pipeline_tight tier_built tier_built_tight tier_built_stripe
 	[ "$skipped" -eq 0 ] || say "$skipped skipped"
 	echo "$passed passed, $failed failed"
 	[ "$failed" -eq 0 ]

@@ -516,7 +516,7 @@ START_TEST(test_cache_changed_deadlines)
 	 * expiry: only blocks whose current deadline has passed go before the policy's pick */
 	struct tier *t = tu_cache_policy(5 * BLK, 0, (enum ucm_policy)_i);
 	struct blockid b1 = bid(1), b2 = bid(2), b3 = bid(3);
-	int64_t soon = mono_ns() + 20 * 1000000LL;
+	int64_t soon = mono_ns() + 500 * 1000000LL; /* room for 2000 changes on a slow build */
 
 	for (int i = 0; i < 4; i++)
 		put_blk(t, i, 0);
@@ -530,7 +530,7 @@ START_TEST(test_cache_changed_deadlines)
 	for (int i = 0; i < 2000; i++)
 		ck_assert_int_eq(t->ops->set_deadline(t, &b2, soon + i), 0);
 	ck_assert_int_eq(t->ops->set_deadline(t, &b2, 0), 0);
-	while (mono_ns() < soon + 20 * 1000000LL)
+	while (mono_ns() < soon + 2000 + 20 * 1000000LL)
 		ut_sleep_ms(10);
 	ck_assert(present(t, 0) && present(t, 1) && present(t, 2) && present(t, 3));
 	put_blk(t, 4, 0); /* the last free room */
@@ -552,7 +552,7 @@ START_TEST(test_cache_many_expired_reclaimed)
 {
 	/* expired blocks are reclaimed before live ones, however many there are */
 	struct tier *t = tu_cache_policy(64 * BLK, 0, (enum ucm_policy)_i);
-	int64_t soon = mono_ns() + 20 * 1000000LL;
+	int64_t soon = mono_ns() + 500 * 1000000LL; /* room for 2000 changes on a slow build */
 
 	for (int i = 0; i < 64; i++) {
 		struct blockid id = bid(i);
