@@ -105,4 +105,10 @@ void run_meta(void);
 void mixed_rows(void);
 void floor_rows(void);
 
+/* --- bench_hitrate.c -------------------------------------------------------------------- */
+
+/* Hit ratio of the memory tier under each policy on a Zipf read stream through a mount, the
+ * same trace through the policies' code, all against Belady's OPT; their rows. */
+void run_hitrate(void);
+
 #endif

@@ -14,6 +14,7 @@
  * (each from a fresh daemon with the page cache dropped). Then creates, readdir and lookups
  * on 4 KiB blocks. A watchdog (alarm) ends a phase that hangs, so that a stuck daemon is a
  * report, not a stuck benchmark. This file: the figures, the mounts, the command line.
+ * Last, the memory tier's hit ratio per policy against Belady's OPT (bench_hitrate.c).
  */
 #include <errno.h>
 #include <getopt.h>
@@ -476,6 +477,7 @@ int main(int argc, char **argv)
 	if (mem_for(R.c.meta * META_BLOCK * 2) > R.mem_size)
 		R.mem_size = mem_for(R.c.meta * META_BLOCK * 2);
 	run_meta();
+	run_hitrate();
 	alarm(0);
 	if (isatty(2))
 		fprintf(stderr, "\r\033[K");

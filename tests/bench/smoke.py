@@ -31,6 +31,9 @@ FIGURES = [
     'floor.pagecache_reread', 'floor.zstd_ratio_plain', 'floor.zstd_ratio_shuffle2',
     'floor.zstd_compress_plain', 'floor.zstd_decompress_plain',
     'floor.zstd_compress_shuffle2', 'floor.zstd_decompress_shuffle2',
+    'hitrate.clock', 'hitrate.lru', 'hitrate.fifo',
+    'hitrate.sim_clock', 'hitrate.sim_lru', 'hitrate.sim_fifo',
+    'hitrate.textbook_clock', 'hitrate.textbook_fifo',
 ]
 
 FAILURES = []
@@ -110,6 +113,13 @@ def main():
             # KV-like data (tools/kvgen.c): ~1.2 plain, ~1.4 shuffled, as DESIGN.md measured
             check(1.05 < plain < 1.5, 'zstd ratio on KV-like data %r (want ~1.2)' % plain)
             check(shuf > plain, 'shuffled zstd ratio %r <= plain %r' % (shuf, plain))
+        for r in rows:
+            # Belady's OPT is the best hit ratio any policy can reach on the same trace and
+            # capacity: a policy above it means a miscounted hit or a miscounted capacity
+            if r['id'].startswith('hitrate.') and finite_positive(r['ratio']):
+                check(r['value'] <= 100 and r['ratio'] <= 1 + 1e-9,
+                      '%s: hit ratio %r%% above Belady\'s %r%%' % (
+                          r['id'], r['value'], r['floor_value']))
     finally:
         shutil.rmtree(work, ignore_errors=True)
     for f in FAILURES:

@@ -42,7 +42,8 @@ OPTIONS = ['', 'mem_size=8M', 'durable', 'pipeline=cache:posix', 'mem_size=1M',
 WRITERS = [(True, True, False), (False, False, False), (True, False, True),
            (False, True, True)]
 READERS = 2
-GONE = (errno.ENOTCONN, errno.ECONNABORTED)      # what a dead daemon's mount answers
+# what a dead daemon's mount answers; EIO too, for a direct write in flight when it died
+GONE = (errno.ENOTCONN, errno.ECONNABORTED, errno.EIO)
 
 
 def intended(bid):
@@ -231,8 +232,8 @@ def one_round(m, rnd, rng, attempted, survivors):
                 closed.add(rec[1])
                 synced.add(rec[1])
             elif rec[0] == 'E' and (int(rec[2]) not in GONE or float(rec[3]) < t_kill):
-                early.append('writer %d: %s on %s' % (w, errno.errorcode.get(int(rec[2])),
-                                                       rec[1]))
+                early.append('writer %d: %s on %s, %+.3fs from the kill' % (
+                    w, errno.errorcode.get(int(rec[2])), rec[1], float(rec[3]) - t_kill))
     reads, bad = 0, []
     for k in range(READERS):
         for rec in read_log(os.path.join(logs, 'r%d' % k)):
