@@ -16,7 +16,9 @@
  * Invariants (checked by cache_check() in builds with -DUCM_CHECK_INVARIANTS):
  *   - refs counts handles plus one for the map while LIVE; a cblock is freed at refs == 0.
  *   - pins <= refs; pins counts user-visible readers only (not TIER_OPEN_INTERNAL refs).
- *   - a LIVE cblock is in the policy iff pins == 0 and !dirty (it is evictable).
+ *   - a LIVE cblock is in the policy iff !dirty; it is evictable iff also refs == 1 (only
+ *     the map holds it: not pinned, no handle of the daemon). Pinned blocks stay in the
+ *     policy, so its order reflects every use; the victim it picks skips held ones.
  *   - used == the sum of cap over all cblocks not yet freed, and used <= capacity except
  *     transiently never: room is made before a buffer grows.
  *   - dirty_bytes == the sum of cap over LIVE dirty cblocks.
@@ -95,7 +97,8 @@ struct cache {
 	uint64_t dirty_bytes;          /* protected by lock */
 	uint64_t dirty_blocks;         /* protected by lock */
 	uint64_t fresh_blocks;         /* dirty cblocks marked fresh; protected by lock */
-	uint64_t evictable_bytes;      /* sum of cap of the blocks in the policy; lock */
+	uint64_t policy_bytes;         /* sum of cap of the blocks in the policy; lock */
+	uint64_t held_bytes;           /* ... of those a handle holds (not evictable); lock */
 	struct pooled *pool;           /* free buffers kept for reuse, newest first; lock */
 	uint64_t pool_bytes;           /* their size, part of used; protected by lock */
 	bool draining;                 /* make_room() is freeing: do not pool; lock */
@@ -129,7 +132,7 @@ static void check_one(struct idnode *n, void *arg)
 
 	assert(b->state == CB_LIVE);
 	assert(b->refs >= 1 && b->pins <= (uint32_t)b->refs);
-	assert(b->in_policy == (b->refs == 1 && !b->dirty));
+	assert(b->in_policy == !b->dirty);
 	if (b->dirty)
 		*dirty += b->cap;
 }
@@ -156,17 +159,29 @@ static void policy_out(struct cache *c, struct cblock *b)
 	if (b->in_policy) {
 		c->pol->removed(c->pol_priv, &b->pe);
 		b->in_policy = false;
-		c->evictable_bytes -= b->cap;
+		c->policy_bytes -= b->cap;
+		if (b->refs > 1)
+			c->held_bytes -= b->cap;
 	}
 }
 
 static void policy_in(struct cache *c, struct cblock *b)
 {
-	if (!b->in_policy && b->state == CB_LIVE && b->refs == 1 && !b->dirty) {
+	if (!b->in_policy && b->state == CB_LIVE && !b->dirty) {
 		c->pol->admitted(c->pol_priv, &b->pe);
 		b->in_policy = true;
-		c->evictable_bytes += b->cap;
+		c->policy_bytes += b->cap;
+		if (b->refs > 1)
+			c->held_bytes += b->cap;
 	}
+}
+
+/* May the policy's pick be evicted? Only if nothing but the map holds it (a pinned block,
+ * or one a handle of the daemon holds, would free nothing). */
+static bool unheld(struct policy_entry *e, void *arg)
+{
+	(void)arg;
+	return PE_CB(e)->refs == 1;
 }
 
 /* Buffers (and their cblocks) freed once c->lock is dropped. */
@@ -244,6 +259,8 @@ static struct pooled *pool_take(struct cache *c, uint64_t cap, bool any_size)
 static void put_locked(struct cache *c, struct cblock *b, struct freelist *fl)
 {
 	assert(b->refs > 0);
+	if (b->in_policy && b->refs == 2)
+		c->held_bytes -= b->cap; /* evictable again */
 	if (--b->refs == 0) {
 		assert(b->state != CB_LIVE);
 		release_buffer(c, b, fl);
@@ -379,8 +396,8 @@ static int make_room_draining(struct cache *c, uint64_t need, bool wait, struct 
 		struct timespec ts;
 
 		/* evict only if that is enough: a failed reservation leaves the cache as it was */
-		if (c->used - c->evictable_bytes + need <= c->capacity) {
-			struct policy_entry *e = c->pol->victim(c->pol_priv);
+		if (c->used - (c->policy_bytes - c->held_bytes) + need <= c->capacity) {
+			struct policy_entry *e = c->pol->victim(c->pol_priv, unheld, NULL);
 
 			kill_locked(c, PE_CB(e), fl);
 			counter_add(&c->evictions, 1);
@@ -427,11 +444,14 @@ static struct chandle *new_handle(struct cache *c, struct cblock *b, int kind)
 /* Take a reference (and a pin for H_READ) on a LIVE cblock; c->lock held. */
 static void grab_locked(struct cache *c, struct cblock *b, int kind)
 {
+	if (b->in_policy && b->refs == 1)
+		c->held_bytes += b->cap; /* held: not evictable while the handle lives */
 	b->refs++;
-	policy_out(c, b);
 	if (kind == H_READ) {
 		b->pins++;
 		c->pins++;
+		if (b->in_policy)
+			c->pol->touched(c->pol_priv, &b->pe); /* a read is a use */
 	}
 	b->atime = wall_ns();
 }

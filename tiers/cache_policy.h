@@ -1,10 +1,11 @@
 /*
  * Replacement policies of the memory tier.
  *
- * A policy only orders the entries that may be evicted right now (committed, unpinned and
- * safe below). The cache owns every other piece of state and calls the policy, under the
- * cache lock, when an entry becomes evictable (admitted), is used while evictable (touched),
- * stops being evictable (removed), or when it needs room (victim). A new policy is one file
+ * A policy orders the committed blocks that are safe below (clean), pinned or not. The cache
+ * owns every other piece of state and calls the policy, under the cache lock, when an entry
+ * becomes clean (admitted), is used (touched: a read's open, a touch), stops being a candidate
+ * (removed: evicted, replaced, removed, dirty), or when it needs room (victim: the entry to
+ * evict, skipping those the cache says are held right now). A new policy is one file
  * with one `const struct cache_policy_ops`.
  */
 #ifndef UCM_CACHE_POLICY_H
@@ -24,14 +25,15 @@ struct cache_policy_ops {
 	/* 0 or -ENOMEM */
 	int (*create)(void **priv);
 	void (*destroy)(void *priv);
-	/* e becomes evictable, as the most recently used entry */
+	/* e becomes a candidate, as the most recent entry */
 	void (*admitted)(void *priv, struct policy_entry *e);
-	/* e, evictable, was used again */
+	/* e was used again */
 	void (*touched)(void *priv, struct policy_entry *e);
-	/* e stops being evictable (pinned, replaced, removed, evicted) */
+	/* e stops being a candidate (replaced, removed, evicted) */
 	void (*removed)(void *priv, struct policy_entry *e);
-	/* the entry to evict next, still admitted; NULL if none */
-	struct policy_entry *(*victim)(void *priv);
+	/* the entry to evict next among those ok() accepts, still admitted; NULL if none */
+	struct policy_entry *(*victim)(void *priv, bool (*ok)(struct policy_entry *e, void *arg),
+				       void *arg);
 };
 
 extern const struct cache_policy_ops cache_policy_clock;

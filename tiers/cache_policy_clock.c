@@ -5,6 +5,7 @@
  * bit clear: a block touched since has its second chance over one that was not.
  */
 #include <errno.h>
+#include <stdbool.h>
 #include <stdlib.h>
 
 #include "tiers/cache_policy_list.h"
@@ -12,6 +13,7 @@
 struct clock {
 	struct policy_entry head; /* ring sentinel, skipped by the hand */
 	struct policy_entry *hand;
+	size_t n;                 /* entries on the ring */
 };
 
 static int clock_create(void **priv)
@@ -37,6 +39,7 @@ static void clock_admitted(void *priv, struct policy_entry *e)
 
 	e->referenced = 0;
 	plist_insert_before(c->hand, e);
+	c->n++;
 }
 
 static void clock_touched(void *priv, struct policy_entry *e)
@@ -52,20 +55,21 @@ static void clock_removed(void *priv, struct policy_entry *e)
 	if (c->hand == e)
 		c->hand = e->next;
 	plist_del(e);
+	c->n--;
 }
 
-static struct policy_entry *clock_victim(void *priv)
+static struct policy_entry *clock_victim(void *priv,
+					bool (*ok)(struct policy_entry *e, void *arg), void *arg)
 {
 	struct clock *c = priv;
 
-	if (plist_empty(&c->head))
-		return NULL;
-	/* at most two sweeps: the first clears every bit it passes */
-	for (;;) {
+	/* two sweeps at most: the first clears every bit it passes; held entries keep their
+	 * bit and are passed over */
+	for (size_t steps = 0; steps <= 2 * c->n + 1; steps++) {
 		struct policy_entry *e = c->hand;
 
 		c->hand = e->next;
-		if (e == &c->head)
+		if (e == &c->head || !ok(e, arg))
 			continue;
 		if (!e->referenced) {
 			c->hand = e; /* removed() moves the hand past it */
@@ -73,6 +77,7 @@ static struct policy_entry *clock_victim(void *priv)
 		}
 		e->referenced = 0;
 	}
+	return NULL;
 }
 
 const struct cache_policy_ops cache_policy_clock = {

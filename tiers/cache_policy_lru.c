@@ -1,7 +1,7 @@
 /*
  * LRU and FIFO: one list, coldest entry at the head, victims taken from the head.
- * LRU moves an entry to the tail on every use; FIFO keeps the order in which entries became
- * evictable (commit, or the end of their last pin).
+ * LRU moves an entry to the tail on every use; FIFO keeps the order in which blocks were
+ * committed (or loaded).
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -51,11 +51,16 @@ static void list_removed(void *priv, struct policy_entry *e)
 	plist_del(e);
 }
 
-static struct policy_entry *list_victim(void *priv)
+static struct policy_entry *list_victim(void *priv,
+				       bool (*ok)(struct policy_entry *e, void *arg), void *arg)
 {
 	struct list_policy *l = priv;
 
-	return plist_empty(&l->head) ? NULL : l->head.next;
+	/* from the coldest; held entries (few: open readers) are passed over */
+	for (struct policy_entry *e = l->head.next; e != &l->head; e = e->next)
+		if (ok(e, arg))
+			return e;
+	return NULL;
 }
 
 const struct cache_policy_ops cache_policy_lru = {

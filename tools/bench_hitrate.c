@@ -14,9 +14,8 @@
  * (evict the resident block whose next use is furthest away): the hit ratio of a policy that
  * knows the future, which no policy can beat. The same trace is also replayed in-process
  * through the daemon's own policy code (tiers/cache_policy_*.c), driven the way the cache
- * drives it on a read (a pin takes the block out of the policy at open, its close admits it
- * again), as a cross-check of the mount's figure; and through the same code with a hit being
- * a mere use (touched), i.e. CLOCK and FIFO as textbooks define them.
+ * drives it on a read (a hit is a use: touched; a miss evicts the victim and admits the
+ * block), as a cross-check of the mount's figure.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -167,13 +166,19 @@ struct sim_ent {
 	bool resident;
 };
 
+static bool sim_any(struct policy_entry *e, void *arg)
+{
+	(void)e;
+	(void)arg;
+	return true;
+}
+
 /*
- * The trace through a policy of the daemon, with t->cap blocks of room. pin: a hit is what a
- * read does in the cache (removed at open, admitted again at close); else a hit is touched().
- * A miss evicts the policy's victim when memory is full, then admits the block (a load).
- * Hits, or UINT64_MAX if out of memory.
+ * The trace through a policy of the daemon, with t->cap blocks of room, the way the cache
+ * drives it: a hit is a use (touched); a miss evicts the policy's victim when memory is full,
+ * then admits the block (a load). Hits, or UINT64_MAX if out of memory.
  */
-static uint64_t sim_policy(const struct trace *t, const struct cache_policy_ops *ops, bool pin)
+static uint64_t sim_policy(const struct trace *t, const struct cache_policy_ops *ops)
 {
 	struct sim_ent *e = calloc(t->blocks, sizeof(*e));
 	uint64_t hits = 0;
@@ -191,16 +196,11 @@ static uint64_t sim_policy(const struct trace *t, const struct cache_policy_ops 
 
 		if (x->resident) {
 			hits++;
-			if (pin) {
-				ops->removed(priv, &x->pe);
-				ops->admitted(priv, &x->pe);
-			} else {
-				ops->touched(priv, &x->pe);
-			}
+			ops->touched(priv, &x->pe);
 			continue;
 		}
 		if (used == t->cap) {
-			struct policy_entry *v = ops->victim(priv);
+			struct policy_entry *v = ops->victim(priv, sim_any, NULL);
 			struct sim_ent *y = (struct sim_ent *)((char *)v - offsetof(struct sim_ent, pe));
 
 			ops->removed(priv, v);
@@ -381,7 +381,7 @@ static void sim_fig(struct fig *f, uint64_t hits, const struct trace *t)
 
 void run_hitrate(void)
 {
-	struct fig mnt[HR_NPOL], sim[HR_NPOL], book[HR_NPOL], opt = FIG_NONE;
+	struct fig mnt[HR_NPOL], sim[HR_NPOL], opt = FIG_NONE;
 	struct trace t = { 0 };
 	char store[PATH_MAX + 16], fig[96], fl[96], id[40], b[16];
 	struct pool p;
@@ -389,7 +389,7 @@ void run_hitrate(void)
 	int rc;
 
 	for (int i = 0; i < HR_NPOL; i++)
-		mnt[i] = sim[i] = book[i] = (struct fig)FIG_NONE;
+		mnt[i] = sim[i] = (struct fig)FIG_NONE;
 	/* 64 MiB of memory (16 MiB with --quick), twice that of blocks */
 	t.cap = R.c.quick ? 16 : 64;
 	t.blocks = 2 * t.cap;
@@ -399,8 +399,7 @@ void run_hitrate(void)
 	if (rc == 0) {
 		sim_fig(&opt, sim_opt(&t), &t);
 		for (int i = 0; i < HR_NPOL; i++) {
-			sim_fig(&sim[i], sim_policy(&t, POLICY_OPS[i], true), &t);
-			sim_fig(&book[i], sim_policy(&t, POLICY_OPS[i], false), &t);
+			sim_fig(&sim[i], sim_policy(&t, POLICY_OPS[i]), &t);
 		}
 	} else {
 		fig_set(&opt, rc, 0);
@@ -451,15 +450,6 @@ void run_hitrate(void)
 		snprintf(fig, sizeof(fig), "hit ratio, %s as ucmfs runs it, simulated",
 			 POLICIES[i]);
 		emit(id, HR_BLOCK, fig, &sim[i], "%", ROW_RATE, fl, &opt);
-	}
-	/* textbook LRU is ucmfs's LRU (a pin and its release move a block to the tail, as a
-	 * use does): only CLOCK and FIFO differ */
-	for (int i = 0; i < HR_NPOL; i++) {
-		if (POLICY_OPS[i] == &cache_policy_lru)
-			continue;
-		snprintf(id, sizeof(id), "hitrate.textbook_%s", POLICIES[i]);
-		snprintf(fig, sizeof(fig), "hit ratio, textbook %s, simulated", POLICIES[i]);
-		emit(id, HR_BLOCK, fig, &book[i], "%", ROW_RATE, fl, &opt);
 	}
 	free(t.blk);
 }

@@ -33,7 +33,6 @@ FIGURES = [
     'floor.zstd_compress_shuffle2', 'floor.zstd_decompress_shuffle2',
     'hitrate.clock', 'hitrate.lru', 'hitrate.fifo',
     'hitrate.sim_clock', 'hitrate.sim_lru', 'hitrate.sim_fifo',
-    'hitrate.textbook_clock', 'hitrate.textbook_fifo',
 ]
 
 FAILURES = []
