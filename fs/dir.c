@@ -15,8 +15,7 @@
 
 struct dircursor {
 	unsigned shard;          /* the shard whose ids are held, or BLOCKID_SHARDS if none */
-	struct blockid *ids;     /* sorted */
-	size_t n, cap;
+	struct idvec ids;        /* sorted */
 };
 
 #define SHARD_OFF(s, i) ((((off_t)(s) + 1) << 32) | (off_t)(i))
@@ -49,7 +48,7 @@ void dir_releasedir(fuse_req_t req, fuse_ino_t nid, struct fuse_file_info *fi)
 {
 	struct fh *fh = fh_of(fi);
 
-	free(fh->dir->ids);
+	idvec_free(&fh->dir->ids);
 	free(fh->dir);
 	free(fh);
 	fuse_reply_err(req, 0);
@@ -57,28 +56,16 @@ void dir_releasedir(fuse_req_t req, fuse_ino_t nid, struct fuse_file_info *fi)
 
 static int add_id(const struct blockid *id, void *arg)
 {
-	struct dircursor *c = arg;
-
-	if (c->n == c->cap) {
-		size_t cap = c->cap ? c->cap * 2 : 256;
-		struct blockid *v = realloc(c->ids, cap * sizeof(*v));
-
-		if (!v)
-			return 1;
-		c->ids = v;
-		c->cap = cap;
-	}
-	c->ids[c->n++] = *id;
-	return 0;
+	return idvec_push(arg, id) ? 1 : 0;
 }
 
 /* Hold the sorted ids of shard s. */
 static void load_shard(struct ucmfs *fs, struct dircursor *c, unsigned s)
 {
-	c->n = 0;
+	c->ids.n = 0;
 	c->shard = s;
-	fs->pipe->ops->list_shard(fs->pipe, s, add_id, c);
-	blockid_sort(c->ids, c->n); /* the pipeline lists in order; cheap to be sure */
+	fs->pipe->ops->list_shard(fs->pipe, s, add_id, &c->ids);
+	blockid_sort(c->ids.v, c->ids.n); /* the pipeline lists in order; cheap to be sure */
 }
 
 /* Add one entry; false if it does not fit. */
@@ -177,12 +164,12 @@ void dir_readdir(fuse_req_t req, fuse_ino_t nid, size_t size, off_t off,
 	for (; s < BLOCKID_SHARDS; s++, i = 0) {
 		if (c->shard != s || i == 0)
 			load_shard(fs, c, s);
-		for (; i < c->n; i++) {
-			off_t next = i + 1 < c->n ? SHARD_OFF(s, i + 1) : SHARD_OFF(s + 1, 0);
+		for (; i < c->ids.n; i++) {
+			off_t next = i + 1 < c->ids.n ? SHARD_OFF(s, i + 1) : SHARD_OFF(s + 1, 0);
 
-			blockid_format(&c->ids[i], hex);
+			blockid_format(&c->ids.v[i], hex);
 			if (!add(req, buf, size, &used, hex, S_IFREG,
-				 (blockid_hash(&c->ids[i]) >> 1) | NID_FIRST_BLOCK, next))
+				 (blockid_hash(&c->ids.v[i]) >> 1) | NID_FIRST_BLOCK, next))
 				goto out;
 		}
 	}

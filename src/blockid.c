@@ -58,3 +58,25 @@ void blockid_sort(struct blockid *ids, size_t n)
 	if (n > 1)
 		qsort(ids, n, sizeof(*ids), cmp_ids);
 }
+
+int idvec_push(struct idvec *iv, const struct blockid *id)
+{
+	if (iv->n == iv->cap) {
+		size_t cap = iv->cap ? iv->cap * 2 : 64;
+		struct blockid *v = realloc(iv->v, cap * sizeof(*v));
+
+		if (!v)
+			return -ENOMEM;
+		iv->v = v;
+		iv->cap = cap;
+	}
+	iv->v[iv->n++] = *id;
+	return 0;
+}
+
+void idvec_free(struct idvec *iv)
+{
+	free(iv->v);
+	iv->v = NULL;
+	iv->n = iv->cap = 0;
+}

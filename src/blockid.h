@@ -50,4 +50,14 @@ static inline int blockid_cmp(const struct blockid *a, const struct blockid *b)
 /* Sort an array of ids in ascending order (the order of their hex names). */
 void blockid_sort(struct blockid *ids, size_t n);
 
+/* A growable array of ids (listings). Zero-initialize; free with idvec_free(). */
+struct idvec {
+	struct blockid *v;
+	size_t n, cap;
+};
+
+/* Append id. 0, or -ENOMEM (the vector is unchanged). */
+int idvec_push(struct idvec *iv, const struct blockid *id);
+void idvec_free(struct idvec *iv);
+
 #endif

@@ -926,8 +926,7 @@ static int cache_mark_clean(struct tier *t, const struct blockid *id, uint64_t v
 }
 
 struct shard_list {
-	struct blockid *ids;
-	size_t n, cap;
+	struct idvec ids;
 	int64_t now;
 };
 
@@ -935,18 +934,9 @@ static void collect(struct idnode *n, void *arg)
 {
 	struct shard_list *l = arg;
 
-	if (expired(CB(n), l->now))
-		return;
-	if (l->n == l->cap) {
-		size_t cap = l->cap ? l->cap * 2 : 64;
-		struct blockid *v = realloc(l->ids, cap * sizeof(*v));
-
-		if (!v)
-			return; /* listing is best effort under memory exhaustion */
-		l->ids = v;
-		l->cap = cap;
-	}
-	l->ids[l->n++] = n->id;
+	/* best effort under memory exhaustion: an id that cannot be listed is left out */
+	if (!expired(CB(n), l->now))
+		idvec_push(&l->ids, &n->id);
 }
 
 static int cache_list_shard(struct tier *t, unsigned shard, tier_list_fn fn, void *arg)
@@ -957,10 +947,10 @@ static int cache_list_shard(struct tier *t, unsigned shard, tier_list_fn fn, voi
 	pthread_mutex_lock(&c->lock);
 	idmap_shard_foreach(&c->map, shard, collect, &l);
 	pthread_mutex_unlock(&c->lock);
-	for (size_t i = 0; i < l.n; i++)
-		if (fn(&l.ids[i], arg))
+	for (size_t i = 0; i < l.ids.n; i++)
+		if (fn(&l.ids.v[i], arg))
 			break;
-	free(l.ids);
+	idvec_free(&l.ids);
 	return 0;
 }
 

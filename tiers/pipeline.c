@@ -724,46 +724,29 @@ static int pipe_sync(struct tier *t, const struct blockid *id)
 	return p->below->ops->sync(p->below, id);
 }
 
-struct merge {
-	struct blockid *ids;
-	size_t n, cap;
-};
-
 static int merge_add(const struct blockid *id, void *arg)
 {
-	struct merge *m = arg;
-
-	if (m->n == m->cap) {
-		size_t cap = m->cap ? m->cap * 2 : 64;
-		struct blockid *v = realloc(m->ids, cap * sizeof(*v));
-
-		if (!v)
-			return 1;
-		m->ids = v;
-		m->cap = cap;
-	}
-	m->ids[m->n++] = *id;
-	return 0;
+	return idvec_push(arg, id) ? 1 : 0;
 }
 
 /* Every live id of one shard across the tiers, each once, in id order. */
 static int pipe_list_shard(struct tier *t, unsigned shard, tier_list_fn fn, void *arg)
 {
 	struct pipeline *p = pipe_of(t);
-	struct merge m = { 0 };
+	struct idvec m = { 0 };
 
 	if (p->cache)
 		p->cache->ops->list_shard(p->cache, shard, merge_add, &m);
 	if (p->below)
 		p->below->ops->list_shard(p->below, shard, merge_add, &m);
-	blockid_sort(m.ids, m.n);
+	blockid_sort(m.v, m.n);
 	for (size_t i = 0; i < m.n; i++) {
-		if (i && blockid_eq(&m.ids[i], &m.ids[i - 1]))
+		if (i && blockid_eq(&m.v[i], &m.v[i - 1]))
 			continue;
-		if (fn(&m.ids[i], arg))
+		if (fn(&m.v[i], arg))
 			break;
 	}
-	free(m.ids);
+	idvec_free(&m);
 	return 0;
 }
 

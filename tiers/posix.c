@@ -1171,8 +1171,7 @@ static int posix_sync(struct tier *t, const struct blockid *id)
 }
 
 struct list_ctx {
-	struct blockid *ids;
-	size_t n, cap;
+	struct idvec ids;
 	int64_t now;
 };
 
@@ -1180,18 +1179,8 @@ static void collect(struct idnode *n, void *arg)
 {
 	struct list_ctx *l = arg;
 
-	if (is_expired(PE(n)->deadline, l->now))
-		return;
-	if (l->n == l->cap) {
-		size_t cap = l->cap ? l->cap * 2 : 64;
-		struct blockid *v = realloc(l->ids, cap * sizeof(*v));
-
-		if (!v)
-			return;
-		l->ids = v;
-		l->cap = cap;
-	}
-	l->ids[l->n++] = n->id;
+	if (!is_expired(PE(n)->deadline, l->now))
+		idvec_push(&l->ids, &n->id); /* best effort under memory exhaustion */
 }
 
 static int posix_list_shard(struct tier *t, unsigned shard, tier_list_fn fn, void *arg)
@@ -1202,10 +1191,10 @@ static int posix_list_shard(struct tier *t, unsigned shard, tier_list_fn fn, voi
 	pthread_mutex_lock(&p->lock);
 	idmap_shard_foreach(&p->map, shard, collect, &l);
 	pthread_mutex_unlock(&p->lock);
-	for (size_t i = 0; i < l.n; i++)
-		if (fn(&l.ids[i], arg))
+	for (size_t i = 0; i < l.ids.n; i++)
+		if (fn(&l.ids.v[i], arg))
 			break;
-	free(l.ids);
+	idvec_free(&l.ids);
 	return 0;
 }
 
