@@ -49,6 +49,10 @@ struct qfile {
 	char *data;
 	size_t len, cap;
 	int prefetch;
+	uint64_t gen;            /* bumped by every change of the content */
+	struct blockid *ids;     /* the content parsed, valid while ids_gen == gen */
+	size_t nids;
+	uint64_t ids_gen;
 	struct timespec mtime, ctime;
 	uint64_t st_ino;
 };
@@ -85,6 +89,7 @@ int query_init(struct ucmfs *fs)
 static void qf_free(struct qfile *q)
 {
 	free(q->data);
+	free(q->ids);
 	free(q);
 }
 
@@ -231,6 +236,7 @@ int query_create(struct ucmfs *fs, fuse_req_t req, const char *name, int flags,
 		qd->count++;
 	} else if (flags & O_TRUNC) {
 		q->len = 0;
+		q->gen++;
 	}
 	fh = new_fh(q, flags);
 	if (!fh) {
@@ -257,6 +263,7 @@ int query_open(struct ucmfs *fs, fuse_ino_t nid, int flags, struct fh **out)
 	q->opens++;
 	if (flags & O_TRUNC) {
 		q->len = 0;
+		q->gen++;
 		clock_gettime(CLOCK_REALTIME, &q->mtime);
 	}
 	pthread_mutex_unlock(&qd->lock);
@@ -334,6 +341,7 @@ int query_truncate(struct ucmfs *fs, fuse_ino_t nid, uint64_t size)
 		if (size > q->len)
 			memset(q->data + q->len, 0, (size_t)size - q->len);
 		q->len = (size_t)size;
+		q->gen++;
 		clock_gettime(CLOCK_REALTIME, &q->mtime);
 	}
 	pthread_mutex_unlock(&qd->lock);
@@ -376,6 +384,7 @@ ssize_t query_write(struct ucmfs *fs, struct fh *fh, const char *buf, size_t siz
 		memcpy(q->data + off, buf, size);
 		if (off + size > q->len)
 			q->len = (size_t)(off + size);
+		q->gen++;
 		clock_gettime(CLOCK_REALTIME, &q->mtime);
 	}
 	pthread_mutex_unlock(&qd->lock);
@@ -429,8 +438,10 @@ void query_list(struct ucmfs *fs, size_t from,
 
 /* --- answers ----------------------------------------------------------------------------- */
 
-/* A copy of the ids in q, parsed. 0 (caller frees *ids), -EINVAL or -ENOMEM. */
-static int parse_ids(struct ucmfs *fs, struct qfile *q, struct blockid **ids, size_t *n)
+/* The ids in q's content, parsed (a copy: the content may change meanwhile). 0, or -EINVAL
+ * for anything but ids, or -ENOMEM. */
+static int parse_text(struct ucmfs *fs, struct qfile *q, struct blockid **ids, size_t *n,
+		      uint64_t *gen)
 {
 	struct qdir *qd = fs->queries;
 	struct blockid *v = NULL;
@@ -439,6 +450,7 @@ static int parse_ids(struct ucmfs *fs, struct qfile *q, struct blockid **ids, si
 	int rc = 0;
 
 	pthread_mutex_lock(&qd->lock);
+	*gen = q->gen;
 	len = q->len;
 	text = malloc(len + 1);
 	if (text) {
@@ -484,6 +496,45 @@ static int parse_ids(struct ucmfs *fs, struct qfile *q, struct blockid **ids, si
 	}
 	*ids = v;
 	*n = cnt;
+	return 0;
+}
+
+/* The ids of q (caller frees *ids): parsed once per change of the content, so that the
+ * prefix, hits and last of one query cost one parse. 0, -EINVAL or -ENOMEM. */
+static int parse_ids(struct ucmfs *fs, struct qfile *q, struct blockid **ids, size_t *n)
+{
+	struct qdir *qd = fs->queries;
+	struct blockid *v;
+	uint64_t gen;
+	int rc;
+
+	pthread_mutex_lock(&qd->lock);
+	if (q->ids && q->ids_gen == q->gen) {
+		v = malloc((q->nids ? q->nids : 1) * sizeof(*v));
+		if (v) {
+			memcpy(v, q->ids, q->nids * sizeof(*v));
+			*ids = v;
+			*n = q->nids;
+		}
+		pthread_mutex_unlock(&qd->lock);
+		return v ? 0 : -ENOMEM;
+	}
+	pthread_mutex_unlock(&qd->lock);
+	rc = parse_text(fs, q, ids, n, &gen);
+	if (rc)
+		return rc;
+	v = malloc((*n ? *n : 1) * sizeof(*v));
+	pthread_mutex_lock(&qd->lock);
+	if (v && q->gen == gen) {
+		memcpy(v, *ids, *n * sizeof(*v));
+		free(q->ids);
+		q->ids = v;
+		q->nids = *n;
+		q->ids_gen = gen;
+		v = NULL;
+	}
+	pthread_mutex_unlock(&qd->lock);
+	free(v);
 	return 0;
 }
 

@@ -4,23 +4,24 @@
 #include <stdlib.h>
 #include <xxhash.h>
 
-static int hexval(char c)
-{
-	if (c >= '0' && c <= '9')
-		return c - '0';
-	if (c >= 'a' && c <= 'f')
-		return c - 'a' + 10;
-	return -1;
-}
+/* Value plus one of each lowercase hex digit, 0 for every other byte. */
+static const signed char hexval[256] = {
+	['0'] = 0 + 1, ['1'] = 1 + 1, ['2'] = 2 + 1, ['3'] = 3 + 1, ['4'] = 4 + 1,
+	['5'] = 5 + 1, ['6'] = 6 + 1, ['7'] = 7 + 1, ['8'] = 8 + 1, ['9'] = 9 + 1,
+	['a'] = 10 + 1, ['b'] = 11 + 1, ['c'] = 12 + 1, ['d'] = 13 + 1, ['e'] = 14 + 1,
+	['f'] = 15 + 1,
+};
 
 int blockid_parse(const char *s, size_t len, struct blockid *out)
 {
+	const unsigned char *u = (const unsigned char *)s;
+
 	if (len != BLOCKID_HEX_LEN)
 		return -EINVAL;
 	for (size_t i = 0; i < BLOCKID_LEN; i++) {
-		int hi = hexval(s[2 * i]), lo = hexval(s[2 * i + 1]);
+		int hi = hexval[u[2 * i]] - 1, lo = hexval[u[2 * i + 1]] - 1;
 
-		if (hi < 0 || lo < 0)
+		if ((hi | lo) < 0)
 			return -EINVAL;
 		out->b[i] = (uint8_t)(hi << 4 | lo);
 	}
