@@ -512,7 +512,8 @@ static int parse_ids(struct ucmfs *fs, struct qfile *q, struct blockid **ids, si
 	if (q->ids && q->ids_gen == q->gen) {
 		v = malloc((q->nids ? q->nids : 1) * sizeof(*v));
 		if (v) {
-			memcpy(v, q->ids, q->nids * sizeof(*v));
+			if (q->nids)
+				memcpy(v, q->ids, q->nids * sizeof(*v));
 			*ids = v;
 			*n = q->nids;
 		}
@@ -526,7 +527,8 @@ static int parse_ids(struct ucmfs *fs, struct qfile *q, struct blockid **ids, si
 	v = malloc((*n ? *n : 1) * sizeof(*v));
 	pthread_mutex_lock(&qd->lock);
 	if (v && q->gen == gen) {
-		memcpy(v, *ids, *n * sizeof(*v));
+		if (*n)
+			memcpy(v, *ids, *n * sizeof(*v));
 		free(q->ids);
 		q->ids = v;
 		q->nids = *n;
