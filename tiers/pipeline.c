@@ -916,7 +916,7 @@ int pipeline_build(const struct ucm_options *o, struct tier **out)
 		.max_block = o->max_block,
 		.default_ttl_ms = o->ttl_ms,
 		.durable = o->durable,
-		.dump_threads = 2,
+		.dump_threads = o->io_depth ? o->io_depth : 2,
 	};
 	int rc;
 
@@ -953,7 +953,7 @@ int pipeline_build(const struct ucm_options *o, struct tier **out)
 		struct tier *disk, *dirs[UCM_MAX_STORES];
 
 		if (o->io == IO_AIO)
-			log_info("io=aio: the libaio engine is not built yet; using psync");
+			log_info("io=aio: this version has the psync engine only; using it");
 		rc = 0;
 		for (int i = 0; i < o->nstores && rc == 0; i++) {
 			xc.root = o->stores[i];

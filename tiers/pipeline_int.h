@@ -15,7 +15,7 @@
 #include "tiers/pipeline.h"
 
 #define NSTRIPES 64
-#define MAX_WORKERS 8
+#define MAX_WORKERS 64
 #define COPY_CHUNK (1u << 20)
 
 struct session;

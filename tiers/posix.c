@@ -1450,21 +1450,128 @@ static void scan_shard(struct posix *p, const char *shard)
 	closedir(d);
 }
 
+/*
+ * The start scan runs on SCAN_THREADS threads that take shard directories from a shared
+ * cursor: on a cold disk or a distributed filesystem each header read waits on the device,
+ * so several in flight keep it busy. Every SCAN_REPORT_NS one of them logs the progress.
+ */
+#define SCAN_THREADS 8
+#define SCAN_REPORT_NS (2 * 1000000000LL)
+
+struct scan_ctx {
+	struct posix *p;
+	struct {
+		char (*name)[4];
+		size_t n, cap;
+	} shards;
+	atomic_size_t next, done;
+	atomic_int_fast64_t last_report;
+	int64_t started;
+};
+
+static void scan_progress(struct scan_ctx *c)
+{
+	int64_t now = mono_ns(), last = atomic_load(&c->last_report);
+	uint64_t blocks;
+
+	if (now - last < SCAN_REPORT_NS ||
+	    !atomic_compare_exchange_strong(&c->last_report, &last, now))
+		return;
+	pthread_mutex_lock(&c->p->lock);
+	blocks = c->p->map.count;
+	pthread_mutex_unlock(&c->p->lock);
+	log_info("store %s: scanning, %zu of %zu directories, %llu blocks so far (%.0f s)",
+		 c->p->root, atomic_load(&c->done), c->shards.n, (unsigned long long)blocks,
+		 (double)(now - c->started) / 1e9);
+}
+
+static void *scan_worker(void *arg)
+{
+	struct scan_ctx *c = arg;
+	size_t i;
+
+	while ((i = atomic_fetch_add(&c->next, 1)) < c->shards.n) {
+		scan_shard(c->p, c->shards.name[i]);
+		atomic_fetch_add(&c->done, 1);
+		scan_progress(c);
+	}
+	return NULL;
+}
+
+static int by_atime(const void *a, const void *b)
+{
+	const struct pentry *x = *(struct pentry *const *)a, *y = *(struct pentry *const *)b;
+
+	return (x->atime > y->atime) - (x->atime < y->atime);
+}
+
+/* After the scan the recency list is in directory order: put it in the order of the files'
+ * access times, so that the coldest blocks of the previous run are the first evicted. Left
+ * as it is if there is no memory to sort it. p->lock held. */
+static void sort_recency(struct posix *p)
+{
+	size_t n = 0, i;
+	struct pentry **v = malloc((p->map.count + 1) * sizeof(*v));
+
+	if (!v)
+		return;
+	for (struct pentry *e = p->lru.next; e != &p->lru; e = e->next)
+		v[n++] = e;
+	qsort(v, n, sizeof(*v), by_atime);
+	p->lru.next = p->lru.prev = &p->lru;
+	for (i = 0; i < n; i++) {
+		v[i]->next = NULL;
+		lru_touch(p, v[i]);
+	}
+	free(v);
+}
+
 static int scan(struct posix *p)
 {
+	struct scan_ctx c = { .p = p };
+	pthread_t tid[SCAN_THREADS];
+	int nthreads = 0, rc = 0;
 	struct dirent *de;
 	DIR *d = opendir(p->data);
-	uint64_t n;
 
 	if (!d)
 		return -errno;
-	while ((de = readdir(d)))
-		if (shard_name(de->d_name))
-			scan_shard(p, de->d_name);
+	while ((de = readdir(d))) {
+		if (!shard_name(de->d_name))
+			continue;
+		if (c.shards.n == c.shards.cap) {
+			size_t cap = c.shards.cap ? 2 * c.shards.cap : 4096;
+			void *v = realloc(c.shards.name, cap * sizeof(*c.shards.name));
+
+			if (!v) {
+				rc = -ENOMEM;
+				break;
+			}
+			c.shards.name = v;
+			c.shards.cap = cap;
+		}
+		memcpy(c.shards.name[c.shards.n++], de->d_name, 4);
+	}
 	closedir(d);
-	n = p->map.count;
-	log_info("store %s: %llu blocks, %llu bytes on disk", p->root, (unsigned long long)n,
-		 (unsigned long long)p->phys_used);
+	if (rc) {
+		free(c.shards.name);
+		return rc;
+	}
+	c.started = mono_ns();
+	atomic_store(&c.last_report, c.started);
+	while (nthreads < SCAN_THREADS - 1 && (size_t)nthreads + 1 < c.shards.n &&
+	       pthread_create(&tid[nthreads], NULL, scan_worker, &c) == 0)
+		nthreads++;
+	scan_worker(&c); /* this thread too, and alone if no thread could start */
+	while (nthreads)
+		pthread_join(tid[--nthreads], NULL);
+	free(c.shards.name);
+	pthread_mutex_lock(&p->lock);
+	sort_recency(p);
+	pthread_mutex_unlock(&p->lock);
+	log_info("store %s: %llu blocks, %llu bytes on disk (scanned in %.2f s)", p->root,
+		 (unsigned long long)p->map.count, (unsigned long long)p->phys_used,
+		 (double)(mono_ns() - c.started) / 1e9);
 	return 0;
 }
 
