@@ -29,6 +29,7 @@ struct cfg {
 	uint64_t blocks;    /* 0: per-size default */
 	unsigned threads;
 	uint64_t meta;      /* 4 KiB blocks of the metadata phase */
+	uint64_t mount_blocks; /* 4 KiB blocks of the store whose mount is timed */
 	double mixed_secs;
 	unsigned depth;     /* raw disk queue depth */
 	double min_secs;    /* least length of a repeatable measurement (memcpy, zstd, hot) */
@@ -110,5 +111,10 @@ void floor_rows(void);
 /* Hit ratio of the memory tier under each policy on a Zipf read stream through a mount, the
  * same trace through the policies' code, all against Belady's OPT; their rows. */
 void run_hitrate(void);
+
+/* --- bench_mount.c ---------------------------------------------------------------------- */
+
+/* Time to mount a store of --mount-blocks blocks, cold and warm, against a stat walk. */
+void run_mount(void);
 
 #endif

@@ -265,9 +265,9 @@ int rows_write_json(const char *path, const char *meta_json)
 /* --- processes and mounts -------------------------------------------------------------- */
 
 #define MAX_DAEMONS 8
-#define MOUNT_WAIT_S 20.0
 #define EXIT_WAIT_S 600.0
 
+double mount_wait_s = 20.0;
 static struct daemon *running[MAX_DAEMONS];
 
 static void registry_set(struct daemon *d, bool on)
@@ -372,7 +372,7 @@ int daemon_start(struct daemon *d, char *const argv[], const char *mnt, const ch
 					  WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st),
 					  mnt);
 		}
-		if (now_s() - t0 > MOUNT_WAIT_S) {
+		if (now_s() - t0 > mount_wait_s) {
 			kill(d->pid, SIGKILL);
 			waitpid(d->pid, &st, 0);
 			registry_set(d, false);

@@ -66,9 +66,11 @@ struct daemon {
 };
 
 /*
- * Run argv (argv[0] a path) with stdout and stderr to log, and wait until mnt is a FUSE mount.
- * 0, or -errno with the reason recorded (the daemon is then stopped and reaped).
+ * Run argv (argv[0] a path) with stdout and stderr to log, and wait until mnt is a FUSE mount
+ * (at most mount_wait_s seconds). 0, or -errno with the reason recorded (the daemon is then
+ * stopped and reaped).
  */
+extern double mount_wait_s;
 int daemon_start(struct daemon *d, char *const argv[], const char *mnt, const char *log);
 
 /*

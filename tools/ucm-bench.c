@@ -14,7 +14,8 @@
  * (each from a fresh daemon with the page cache dropped). Then creates, readdir and lookups
  * on 4 KiB blocks. A watchdog (alarm) ends a phase that hangs, so that a stuck daemon is a
  * report, not a stuck benchmark. This file: the figures, the mounts, the command line.
- * Last, the memory tier's hit ratio per policy against Belady's OPT (bench_hitrate.c).
+ * Then the memory tier's hit ratio per policy against Belady's OPT (bench_hitrate.c); last,
+ * the time a daemon takes to mount a store of a million blocks (bench_mount.c).
  */
 #include <errno.h>
 #include <getopt.h>
@@ -201,6 +202,8 @@ static const char usage_text[] =
 	"  --threads N      mixed phase: N/2 readers and N/2 writers (default 4)\n"
 	"  --meta N         4 KiB blocks of the create/readdir phase (default 100000, --quick 2000)\n"
 	"  --time SEC       length of the mixed phase (default 10, --quick 2)\n"
+	"  --mount-blocks N 4 KiB blocks of the store whose mount is timed (default 1000000,\n"
+	"                   --quick 20000; 0 leaves the phase out)\n"
 	"  --depth N        raw disk queue depth (default 16)\n"
 	"  --dir DIR        where the temporary STORE, plain dir and raw file go (default\n"
 	"                   /var/tmp); must not be tmpfs\n"
@@ -224,7 +227,7 @@ static int usage_error(const char *fmt, const char *arg)
 static int parse_args(int argc, char **argv, struct cfg *c)
 {
 	enum { O_QUICK = 256, O_BLOCK, O_BLOCKS, O_THREADS, O_META, O_TIME, O_DEPTH, O_DIR,
-	       O_MNT, O_UCMFS, O_NULLFS, O_OPTS, O_JSON, O_SEED, O_KEEP, O_HELP };
+	       O_MNT, O_UCMFS, O_NULLFS, O_OPTS, O_JSON, O_SEED, O_KEEP, O_HELP, O_MOUNT };
 	static const struct option lo[] = {
 		{ "quick", no_argument, NULL, O_QUICK },
 		{ "block", required_argument, NULL, O_BLOCK },
@@ -241,10 +244,11 @@ static int parse_args(int argc, char **argv, struct cfg *c)
 		{ "json", required_argument, NULL, O_JSON },
 		{ "seed", required_argument, NULL, O_SEED },
 		{ "keep", no_argument, NULL, O_KEEP },
+		{ "mount-blocks", required_argument, NULL, O_MOUNT },
 		{ "help", no_argument, NULL, O_HELP },
 		{ NULL, 0, NULL, 0 }
 	};
-	uint64_t v, threads = 4, depth = 16, meta = 0;
+	uint64_t v, threads = 4, depth = 16, meta = 0, mount = UINT64_MAX;
 	double secs = 0;
 	char *end;
 	int o;
@@ -291,6 +295,10 @@ static int parse_args(int argc, char **argv, struct cfg *c)
 		case O_NULLFS: c->nullfs = optarg; break;
 		case O_OPTS: c->opts = optarg; break;
 		case O_JSON: c->json = optarg; break;
+		case O_MOUNT:
+			if (parse_u64(optarg, &mount) || mount > 100000000)
+				return usage_error("--mount-blocks %s: 0 to 100000000", optarg);
+			break;
 		case O_SEED:
 			if (parse_u64(optarg, &c->seed))
 				return usage_error("--seed %s: a number", optarg);
@@ -317,6 +325,7 @@ static int parse_args(int argc, char **argv, struct cfg *c)
 	c->threads = (unsigned)threads;
 	c->depth = (unsigned)depth;
 	c->meta = meta ? meta : c->quick ? 2000 : 100000;
+	c->mount_blocks = mount != UINT64_MAX ? mount : c->quick ? 20000 : 1000000;
 	c->mixed_secs = secs > 0 ? secs : c->quick ? 2 : 10;
 	c->min_secs = c->quick ? 0.2 : 1.0;
 	c->batches = c->quick ? 5 : 15;
@@ -478,6 +487,7 @@ int main(int argc, char **argv)
 		R.mem_size = mem_for(R.c.meta * META_BLOCK * 2);
 	run_meta();
 	run_hitrate();
+	run_mount();
 	alarm(0);
 	if (isatty(2))
 		fprintf(stderr, "\r\033[K");

@@ -1,0 +1,187 @@
+/*
+ * ucm-bench mount-time phase (bench_phases.h): how long a daemon takes to mount a large store.
+ *
+ * A store of --mount-blocks blocks of MT_BLOCK bytes is written straight through the disk
+ * tier (tiers/posix.c, native layout, uncompressed: the files the daemon would have left),
+ * then mounted by a fresh daemon, timed from its start until the mount answers, twice: with
+ * the page cache dropped (the first mount after a reboot) and warm (a remount). At start the
+ * daemon reads every block file's header to rebuild its index (tiers/posix.c, scan()).
+ *
+ * The floor is what any tool that looks at every file pays on the same tree in the same cache
+ * state: one thread that lists every shard directory and fstatat()s each entry, like `du`.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "src/blockid.h"
+#include "src/clock.h"
+#include "src/log.h"
+#include "tiers/posix.h"
+#include "tiers/tier.h"
+#include "tools/bench_phases.h"
+
+#define MT_BLOCK 4096
+
+/* Write n blocks of MT_BLOCK bytes into a fresh store at root through the disk tier. */
+static int build_store(const char *root, uint64_t n, double *secs)
+{
+	struct posix_config cfg = { .root = root, .layout = LAYOUT_NATIVE };
+	char *blk = buf_alloc(MT_BLOCK);
+	double t0 = now_s();
+	struct tier *t;
+	int rc;
+
+	if (!blk)
+		return bench_fail(ENOMEM, "mount store: %u bytes", MT_BLOCK);
+	memset(blk, 0x5a, MT_BLOCK);
+	log_set_level(LOG_LVL_WARN);
+	rc = posix_create(&cfg, &t);
+	if (rc) {
+		free(blk);
+		return bench_fail(-rc, "mount store: open %s", root);
+	}
+	for (uint64_t i = 0; i < n && !rc; i++) {
+		struct block_meta m = { .size = MT_BLOCK, .mtime = wall_ns() };
+		struct tier_handle *h;
+		struct blockid id;
+		char hex[33];
+
+		block_name(hex, 0x6d6f756e74ull, i);
+		blockid_parse(hex, 32, &id);
+		memcpy(blk, &i, sizeof(i));
+		rc = t->ops->reserve(t, &id, TIER_RESERVE_TRUNC, MT_BLOCK, &h);
+		if (rc) {
+			rc = bench_fail(-rc, "mount store: reserve block %llu", (unsigned long long)i);
+			break;
+		}
+		if (t->ops->write(h, blk, MT_BLOCK, 0) != MT_BLOCK) {
+			t->ops->abort(h);
+			rc = bench_fail(EIO, "mount store: write block %llu", (unsigned long long)i);
+			break;
+		}
+		rc = t->ops->commit(h, &m, 0, NULL);
+		if (rc)
+			rc = bench_fail(-rc, "mount store: commit block %llu", (unsigned long long)i);
+	}
+	tier_destroy(t);
+	free(blk);
+	*secs = now_s() - t0;
+	return rc;
+}
+
+/* The floor: list every shard directory of the store and fstatat() every entry. */
+static int walk(const char *data, uint64_t *files, double *secs)
+{
+	double t0 = now_s();
+	struct dirent *de;
+	DIR *top = opendir(data);
+
+	*files = 0;
+	if (!top)
+		return bench_fail(errno, "opendir %s", data);
+	while ((de = readdir(top))) {
+		int dfd;
+		DIR *d;
+		struct dirent *f;
+
+		if (de->d_name[0] == '.')
+			continue;
+		dfd = openat(dirfd(top), de->d_name, O_RDONLY | O_DIRECTORY);
+		if (dfd < 0 || !(d = fdopendir(dfd))) {
+			if (dfd >= 0)
+				close(dfd);
+			continue;
+		}
+		while ((f = readdir(d))) {
+			struct stat st;
+
+			if (f->d_name[0] != '.' && fstatat(dfd, f->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0)
+				(*files)++;
+		}
+		closedir(d);
+	}
+	closedir(top);
+	*secs = now_s() - t0;
+	return 0;
+}
+
+/* Mount the store with a fresh daemon; seconds from its start until the mount answered. */
+static int timed_mount(const char *store, bool drop, double *secs)
+{
+	double t0;
+	int rc = ucm_stop();
+
+	if (rc)
+		return rc;
+	if (drop && R.can_drop)
+		drop_caches();
+	mount_wait_s = 1800; /* the figure is the wait; the phase's watchdog still bounds it */
+	t0 = now_s();
+	rc = ucm_start(store);
+	*secs = now_s() - t0;
+	mount_wait_s = 20;
+	return rc;
+}
+
+void run_mount(void)
+{
+	char store[PATH_MAX + 16], data[PATH_MAX + 32], note[128];
+	struct fig build = FIG_NONE, cold = FIG_NONE, warm = FIG_NONE, wcold = FIG_NONE,
+		   wwarm = FIG_NONE, none = FIG_NONE;
+	uint64_t n = R.c.mount_blocks, files = 0;
+	double s = 0;
+	int rc;
+
+	if (R.c.mnt || !n) {
+		fig_skip(&cold, R.c.mnt ? "--mnt: no daemon of its own to mount" : "--mount-blocks 0");
+		goto rows;
+	}
+	phase_start("mount: writing the store");
+	ucm_stop();
+	snprintf(store, sizeof(store), "%s/store-mount", R.tmp);
+	snprintf(data, sizeof(data), "%s/data", store);
+	rc = build_store(store, n, &s);
+	fig_set(&build, rc, rc ? 0 : (double)n / s);
+	if (rc)
+		goto rows;
+	snprintf(note, sizeof(note), "%llu blocks of 4K", (unsigned long long)n);
+
+	phase_start("mount: cold");
+	if (R.can_drop)
+		drop_caches();
+	rc = walk(data, &files, &s);
+	if (rc == 0 && files != n)
+		rc = bench_fail(EIO, "the walk found %llu files, not %llu",
+				(unsigned long long)files, (unsigned long long)n);
+	fig_set(&wcold, rc, s);
+	rc = timed_mount(store, true, &s);
+	fig_set(&cold, rc, s);
+	if (!R.can_drop) {
+		fig_note(&cold, "not root: the page cache was not dropped");
+		fig_note(&wcold, "not root: the page cache was not dropped");
+	}
+
+	phase_start("mount: warm");
+	rc = walk(data, &files, &s);
+	fig_set(&wwarm, rc, s);
+	rc = timed_mount(store, false, &s);
+	fig_set(&warm, rc, s);
+	ucm_stop();
+	rm_rf(store);
+	fig_note(&cold, note);
+	fig_note(&warm, note);
+rows:
+	emit("mount.build", MT_BLOCK, "store written through the disk tier", &build, "blocks/s",
+	     ROW_RATE, "-", &none);
+	emit("mount.cold", MT_BLOCK, "mount, page cache dropped", &cold, "s", ROW_COST,
+	     "stat walk", &wcold);
+	emit("mount.warm", MT_BLOCK, "mount, page cache warm", &warm, "s", ROW_COST, "stat walk",
+	     &wwarm);
+}
