@@ -1,15 +1,54 @@
 #include "src/buf.h"
 
+#include <pthread.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/asan_interface.h>
+#define POISON(p, n) ASAN_POISON_MEMORY_REGION(p, n)
+#define UNPOISON(p, n) ASAN_UNPOISON_MEMORY_REGION(p, n)
+#else
+#define POISON(p, n) ((void)(p), (void)(n))
+#define UNPOISON(p, n) ((void)(p), (void)(n))
+#endif
+
 /*
- * Small buffers come from the allocator (page-aligned), large ones are anonymous mappings:
- * one mapping per small block would soon exhaust the process's map count
- * (vm.max_map_count, 65530) with hundreds of thousands of blocks.
+ * Large buffers (MMAP_MIN and up) are anonymous mappings of their own, so that growing one
+ * moves page tables, not bytes. Small ones come from slabs: one mapping per small block would
+ * soon exhaust the process's map count (vm.max_map_count, 65530) with hundreds of thousands
+ * of blocks, and a page-aligned allocation from malloc costs about a page of padding each
+ * (a 4 KiB block took 8 KiB).
+ *
+ * A slab is an ARENA-aligned mapping of ARENA bytes: its first page holds its header, the
+ * rest is cut into slots of one size class (a whole number of pages below MMAP_MIN). A free
+ * is given the size, hence the class; the slab is the address rounded down to ARENA. Each
+ * class keeps its slabs that have free slots on a list under its own lock; a slab that
+ * becomes empty is unmapped unless it is the class's last one with free slots.
  */
 #define MMAP_MIN (256u << 10)
+#define ARENA (2u << 20)
+#define NCLASS (MMAP_MIN / BUF_ALIGN)
+
+struct slot {
+	struct slot *next;
+};
+
+struct slab {
+	struct slab *prev, *next; /* on its class's list while it has a free slot */
+	struct slot *free;        /* free slots */
+	uint32_t used, nslots;
+	uint32_t fresh;           /* slots [fresh, nslots) have never been handed out */
+	bool listed;
+};
+
+static struct slab_class {
+	pthread_mutex_t lock;
+	struct slab *partial;
+	uint32_t npartial;
+} classes[NCLASS] = { [0 ... NCLASS - 1] = { .lock = PTHREAD_MUTEX_INITIALIZER } };
 
 static size_t mapped_len(size_t size)
 {
@@ -21,17 +60,113 @@ static bool mapped(size_t size)
 	return mapped_len(size) >= MMAP_MIN;
 }
 
+static char *slot_addr(struct slab *s, size_t len, uint32_t i)
+{
+	return (char *)s + BUF_ALIGN + (size_t)i * len;
+}
+
+static void list_add(struct slab_class *c, struct slab *s)
+{
+	s->prev = NULL;
+	s->next = c->partial;
+	if (c->partial)
+		c->partial->prev = s;
+	c->partial = s;
+	s->listed = true;
+	c->npartial++;
+}
+
+static void list_del(struct slab_class *c, struct slab *s)
+{
+	if (s->prev)
+		s->prev->next = s->next;
+	else
+		c->partial = s->next;
+	if (s->next)
+		s->next->prev = s->prev;
+	s->listed = false;
+	c->npartial--;
+}
+
+/* A fresh ARENA-aligned slab of slots of len bytes, or NULL. */
+static struct slab *slab_new(size_t len)
+{
+	char *m = mmap(NULL, 2 * ARENA, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	uintptr_t a;
+	struct slab *s;
+
+	if (m == MAP_FAILED)
+		return NULL;
+	a = ((uintptr_t)m + ARENA - 1) & ~(uintptr_t)(ARENA - 1);
+	if (a > (uintptr_t)m)
+		munmap(m, a - (uintptr_t)m);
+	munmap((char *)a + ARENA, (uintptr_t)m + 2 * ARENA - a - ARENA);
+	s = (struct slab *)a;
+	s->nslots = (uint32_t)((ARENA - BUF_ALIGN) / len);
+	POISON(slot_addr(s, len, 0), (size_t)s->nslots * len);
+	return s;
+}
+
+static void *slab_alloc(size_t len)
+{
+	struct slab_class *c = &classes[len / BUF_ALIGN - 1];
+	struct slab *s;
+	char *p;
+	bool fresh;
+
+	pthread_mutex_lock(&c->lock);
+	s = c->partial;
+	if (!s) {
+		s = slab_new(len);
+		if (!s) {
+			pthread_mutex_unlock(&c->lock);
+			return NULL;
+		}
+		list_add(c, s);
+	}
+	fresh = !s->free;
+	if (fresh) {
+		p = slot_addr(s, len, s->fresh++);
+		UNPOISON(p, len);
+	} else {
+		p = (char *)s->free;
+		UNPOISON(p, len);
+		s->free = s->free->next;
+	}
+	if (++s->used == s->nslots)
+		list_del(c, s);
+	pthread_mutex_unlock(&c->lock);
+	if (!fresh)
+		memset(p, 0, len); /* a fresh slot is still the mapping's zero page */
+	return p;
+}
+
+static void slab_free(void *p, size_t len)
+{
+	struct slab_class *c = &classes[len / BUF_ALIGN - 1];
+	struct slab *s = (struct slab *)((uintptr_t)p & ~(uintptr_t)(ARENA - 1));
+	struct slot *f = p;
+
+	pthread_mutex_lock(&c->lock);
+	f->next = s->free;
+	s->free = f;
+	POISON((char *)p + sizeof(*f), len - sizeof(*f));
+	if (!s->listed)
+		list_add(c, s);
+	if (--s->used == 0 && c->npartial > 1) {
+		list_del(c, s);
+		munmap(s, ARENA);
+	}
+	pthread_mutex_unlock(&c->lock);
+}
+
 void *buf_alloc(size_t size, bool populate)
 {
 	size_t len = mapped_len(size);
 	void *p;
 
-	if (!mapped(size)) {
-		p = aligned_alloc(BUF_ALIGN, len);
-		if (p)
-			memset(p, 0, len);
-		return p;
-	}
+	if (!mapped(size))
+		return slab_alloc(len);
 	p = mmap(NULL, len, PROT_READ | PROT_WRITE,
 		 MAP_PRIVATE | MAP_ANONYMOUS | (populate ? MAP_POPULATE : 0), -1, 0);
 	return p == MAP_FAILED ? NULL : p;
@@ -49,7 +184,7 @@ void *buf_resize(void *p, size_t old_size, size_t new_size)
 		q = mremap(p, mapped_len(old_size), mapped_len(new_size), MREMAP_MAYMOVE);
 		return q == MAP_FAILED ? NULL : q;
 	}
-	/* to or from the allocator: copy what fits */
+	/* between slab classes, or to or from a mapping: copy what fits */
 	q = buf_alloc(new_size, false);
 	if (!q)
 		return NULL;
@@ -66,5 +201,5 @@ void buf_free(void *p, size_t size)
 	if (mapped(size))
 		munmap(p, mapped_len(size));
 	else
-		free(p);
+		slab_free(p, mapped_len(size));
 }

@@ -144,6 +144,7 @@ void run_mount(void)
 		goto rows;
 	}
 	phase_start("mount: writing the store");
+	alarm(R.c.phase_limit < 1800 ? 1800 : R.c.phase_limit);
 	ucm_stop();
 	snprintf(store, sizeof(store), "%s/store-mount", R.tmp);
 	snprintf(data, sizeof(data), "%s/data", store);
@@ -154,6 +155,7 @@ void run_mount(void)
 	snprintf(note, sizeof(note), "%llu blocks of 4K", (unsigned long long)n);
 
 	phase_start("mount: cold");
+	alarm(R.c.phase_limit < 1800 ? 1800 : R.c.phase_limit); /* a million files, cold */
 	if (R.can_drop)
 		drop_caches();
 	rc = walk(data, &files, &s);
@@ -169,6 +171,7 @@ void run_mount(void)
 	}
 
 	phase_start("mount: warm");
+	alarm(R.c.phase_limit < 1800 ? 1800 : R.c.phase_limit);
 	rc = walk(data, &files, &s);
 	fig_set(&wwarm, rc, s);
 	rc = timed_mount(store, false, &s);
