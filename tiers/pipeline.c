@@ -813,6 +813,9 @@ static void pipe_metrics(struct tier *t, struct metrics *m)
 	metrics_counter(m, "ucmfs_streamed_opens_total",
 			"Opens served straight from disk (no room in memory).", "",
 			c.streamed_opens);
+	metrics_counter(m, "ucmfs_dump_yields_total",
+			"Loads run between two pieces of a dump instead of after it.", "",
+			c.dump_yields);
 	metrics_gauge(m, "ucmfs_disk_queue_depth", "Disk operations queued or running.",
 		      "queue=\"dump\"", (double)c.dump_queue);
 	metrics_counter(m, "ucmfs_tier_bytes_out_total", "Bytes read from the tier.",
@@ -868,6 +871,7 @@ void pipeline_counters(struct tier *t, struct pipeline_counters *out)
 	out->load_errors = atomic_load(&p->load_errors);
 	out->spills = atomic_load(&p->spills);
 	out->streamed_opens = atomic_load(&p->streamed);
+	out->dump_yields = atomic_load(&p->dump_yields);
 	out->dump_queue = jobs_pending(p);
 }
 

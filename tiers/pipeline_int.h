@@ -54,6 +54,7 @@ struct pipeline {
 	pthread_cond_t qcond;
 	pthread_cond_t qidle;        /* a job finished */
 	struct loading *lhead, *ltail; /* load queue; protected by qlock */
+	atomic_uint lqueued;           /* loads in that queue: read without qlock by dumps */
 	struct dump_job *dhead, *dtail; /* dump queue; protected by qlock */
 	unsigned queued, running;    /* jobs; protected by qlock */
 	bool stop;                   /* protected by qlock */
@@ -65,6 +66,7 @@ struct pipeline {
 
 	atomic_uint_fast64_t commits_ok, commits_incomplete, commits_failed;
 	atomic_uint_fast64_t dumps, dump_errors, loads, load_errors, spills, streamed;
+	atomic_uint_fast64_t dump_yields; /* loads a worker ran between the pieces of a dump */
 	counter_t mem_bytes_out;     /* bytes readers got from memory */
 	struct histogram load_hist, dump_hist;
 	_Atomic int64_t last_commit; /* see commit_time() */

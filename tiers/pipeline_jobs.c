@@ -9,6 +9,8 @@
  *
  * A dump writes the cache's committed version below (outside any lock) and publishes it under
  * the id's stripe only if that version is still the cache's live one; then marks it clean.
+ * It writes COPY_CHUNK at a time, and a worker runs the loads queued meanwhile between two
+ * pieces: a load waits behind at most one piece of a dump, not a whole large block.
  *
  * A load is single-flight and streaming. The first reader of a block that is only on disk
  * creates a `struct loading`: a cache reservation of the block's size split into pieces of
@@ -76,13 +78,55 @@ struct loading {
 
 static void load_run(struct pipeline *p, struct loading *ld);
 
+static __thread bool in_worker; /* this thread is one of the pipeline's workers */
+
+/* Take the first queued load, or NULL. p->qlock held. */
+static struct loading *pop_load(struct pipeline *p)
+{
+	struct loading *ld = p->lhead;
+
+	if (!ld)
+		return NULL;
+	p->lhead = ld->qnext;
+	if (!p->lhead)
+		p->ltail = NULL;
+	p->queued--;
+	atomic_fetch_sub(&p->lqueued, 1);
+	return ld;
+}
+
+/* Between two pieces of a dump: run the loads queued meanwhile (a worker only). */
+static void yield_to_loads(struct pipeline *p)
+{
+	struct loading *ld;
+
+	if (!in_worker || !atomic_load_explicit(&p->lqueued, memory_order_relaxed))
+		return;
+	for (;;) {
+		pthread_mutex_lock(&p->qlock);
+		ld = pop_load(p);
+		if (ld)
+			p->running++;
+		pthread_mutex_unlock(&p->qlock);
+		if (!ld)
+			return;
+		atomic_fetch_add(&p->dump_yields, 1);
+		load_run(p, ld);
+		pthread_mutex_lock(&p->qlock);
+		p->running--;
+		pthread_cond_broadcast(&p->qidle);
+		pthread_mutex_unlock(&p->qlock);
+	}
+}
+
 static void *worker(void *arg)
 {
 	struct pipeline *p = arg;
 
+	in_worker = true;
 	pthread_mutex_lock(&p->qlock);
 	for (;;) {
-		struct loading *ld = p->lhead;
+		struct loading *ld = pop_load(p);
 		struct dump_job *j = ld ? NULL : p->dhead;
 		struct tier_handle *again = NULL;
 		int rc;
@@ -93,16 +137,12 @@ static void *worker(void *arg)
 			pthread_cond_wait(&p->qcond, &p->qlock);
 			continue;
 		}
-		if (ld) {
-			p->lhead = ld->qnext;
-			if (!p->lhead)
-				p->ltail = NULL;
-		} else {
+		if (!ld) {
 			p->dhead = j->next;
 			if (!p->dhead)
 				p->dtail = NULL;
+			p->queued--;
 		}
-		p->queued--;
 		p->running++;
 		pthread_mutex_unlock(&p->qlock);
 
@@ -256,6 +296,8 @@ int dump(struct pipeline *p, struct tier_handle *rd, const struct blockid *id, u
 			p->below->ops->abort(lres);
 		}
 		off += len;
+		if (rc == 0 && off < a.size)
+			yield_to_loads(p);
 	}
 	if (rc == 0 && a.size == 0)
 		rc = p->below->ops->truncate(lres, 0);
@@ -455,6 +497,7 @@ static void enqueue_load(struct pipeline *p, struct loading *ld)
 		p->lhead = ld;
 	p->ltail = ld;
 	p->queued++;
+	atomic_fetch_add(&p->lqueued, 1);
 	pthread_cond_signal(&p->qcond);
 	pthread_mutex_unlock(&p->qlock);
 }
