@@ -374,6 +374,8 @@ ssize_t query_write(struct ucmfs *fs, struct fh *fh, const char *buf, size_t siz
 		off = q->len;
 	if (off > QUERY_MAX_SIZE || size > QUERY_MAX_SIZE - off)
 		return -EFBIG;
+	if (size == 0)
+		return 0; /* nothing to copy (and q->data may still be NULL) */
 	pthread_mutex_lock(&qd->lock);
 	if (fh->open_flags & O_APPEND)
 		off = q->len;

@@ -85,8 +85,10 @@ int parse_duration_ms(const char *s, int64_t *out)
 	for (size_t i = 0; i < sizeof(units) / sizeof(units[0]); i++) {
 		if (strcmp(s + n, units[i].name))
 			continue;
-		if (v > (uint64_t)INT64_MAX / units[i].ms / 1000000)
-			return -ERANGE; /* keep ms * 1e6 (nanoseconds) representable */
+		/* keep now + ms * 1e6 representable on either clock (deadlines are ns of
+		 * CLOCK_MONOTONIC, on disk of CLOCK_REALTIME): at most 2^62 ns, 146 years */
+		if (v > (uint64_t)INT64_MAX / 2 / units[i].ms / 1000000)
+			return -ERANGE;
 		*out = (int64_t)(v * units[i].ms);
 		return 0;
 	}

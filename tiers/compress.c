@@ -518,7 +518,8 @@ static ssize_t c_read(struct tier_handle *th, void *buf, size_t len, uint64_t of
 		pthread_mutex_lock(&h->lock);
 		rc = 0;
 		if (h->dec_chunk != i) {
-			if (!h->dec && !(h->dec = malloc(cs)))
+			/* no chunk decodes to more than the block (chunk_size is the header's) */
+			if (!h->dec && !(h->dec = malloc(cs < h->size ? cs : h->size)))
 				rc = -ENOMEM;
 			h->dec_chunk = UINT32_MAX;
 			if (rc == 0)

@@ -655,8 +655,11 @@ static ssize_t read_chunked(struct phandle *h, char *buf, size_t len, uint64_t o
 		pthread_mutex_lock(&h->lock);
 		rc = 0;
 		if (h->cbuf_chunk != i) {
-			/* a stored chunk is never longer than its raw bytes */
-			if (!h->cbuf && !(h->cbuf = malloc(h->hdr->chunk_size)))
+			/* a stored chunk is never longer than its raw bytes, nor than the payload */
+			uint64_t cb = h->hdr->chunk_size < h->hdr->stored_size ? h->hdr->chunk_size
+										: h->hdr->stored_size;
+
+			if (!h->cbuf && !(h->cbuf = malloc(cb ? cb : 1)))
 				rc = -ENOMEM;
 			h->cbuf_chunk = UINT32_MAX;
 			if (rc == 0)

@@ -101,7 +101,10 @@ int disk_header_decode(const uint8_t *in, struct disk_header *h)
 	if (h->codec == CODEC_RAW && h->stored_size != h->raw_size)
 		return -EBADMSG;
 	if (h->nchunks > DISK_MAX_CHUNKS || (h->nchunks && !h->chunk_size) ||
-	    (!h->nchunks && h->chunk_size))
+	    (!h->nchunks && h->chunk_size) || h->chunk_size > DISK_MAX_CHUNK_SIZE)
+		return -EBADMSG;
+	/* compressed bytes are always chunked: the compress tier reads them chunk by chunk */
+	if (h->codec != CODEC_RAW && !h->nchunks)
 		return -EBADMSG;
 	if (!zero(in + OFF_TABLE + 12 * h->nchunks,
 		  OFF_CSUM - OFF_TABLE - 12 * h->nchunks))

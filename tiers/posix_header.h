@@ -29,6 +29,9 @@
 #define DISK_HEADER_SIZE 4096u
 #define DISK_HEADER_VERSION 1u
 #define DISK_MAX_CHUNKS 330u /* (4088 - 128) / 12 */
+/* The largest chunk_size: what a 64 GiB block (the largest max_block) needs in 330 chunks,
+ * rounded up; readers allocate a chunk's worth of memory. */
+#define DISK_MAX_CHUNK_SIZE (256u << 20)
 
 struct disk_chunk {
 	uint32_t len;   /* stored bytes */

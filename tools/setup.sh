@@ -3,7 +3,8 @@
 #
 #   tools/setup.sh run    install what is missing, build, mount ./mnt over ./store, show it
 #   tools/setup.sh test   install what is missing, build (-Werror, again with ASan+UBSan, and
-#                         with TSan), run every test; the last line is "N passed, N failed"
+#                         with TSan, and the fuzz targets with clang), run every test; the
+#                         last line is "N passed, N failed"
 #
 # Packages come from Debian only, installed with apt-get when missing (as root, or via sudo).
 set -eu
@@ -13,8 +14,9 @@ top=$(pwd)
 
 PKGS="gcc libc6-dev libfuse3-dev fuse3 libzstd-dev libaio-dev libxxhash-dev check meson \
 ninja-build pkg-config fio attr python3"
-# the tests also check /.ucm/stats with promtool (Debian's prometheus package)
-TEST_PKGS="prometheus"
+# the tests also check /.ucm/stats with promtool (Debian's prometheus package) and fuzz the
+# parsers and decoders with clang's libFuzzer (libclang-rt-dev holds its runtime)
+TEST_PKGS="prometheus clang libclang-rt-dev"
 
 say() { printf '%s\n' "== $*"; }
 
@@ -115,6 +117,12 @@ cmd_test() {
 		-Dc_args=-DUCM_CHECK_INVARIANTS
 	say "building build-tsan/ (TSan, -Werror)"
 	build build-tsan -Dwerror=true -Db_sanitize=thread -Db_lundef=false
+	say "building build-fuzz/ (clang, libFuzzer, ASan+UBSan: the fuzz targets only)"
+	if [ ! -f build-fuzz/build.ninja ]; then
+		CC=clang meson setup build-fuzz -Dfuzz=true -Db_sanitize=address,undefined \
+			-Db_lundef=false >/dev/null
+	fi
+	ninja -C build-fuzz fuzz-targets >/dev/null
 	say "tests: build/"
 	run_suites build --suite unit --suite mount
 	say "tests: build-asan/ (ASan+UBSan)"
@@ -124,6 +132,8 @@ cmd_test() {
 	run_suites build-tsan \
 		--timeout-multiplier 4 cache cache_model pipeline compress tier_cache tier_pipeline \
 		tier_pipeline_tight tier_built tier_built_tight tier_built_stripe
+	say "tests: build-fuzz/ (libFuzzer, ${UCM_FUZZ_SECONDS:-20} s per target after its corpus)"
+	run_suites build-fuzz --no-rebuild --suite fuzz
 	[ "$skipped" -eq 0 ] || say "$skipped skipped"
 	echo "$passed passed, $failed failed"
 	[ "$failed" -eq 0 ]
