@@ -9,6 +9,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/time.h>
+#include <time.h>
 #include <unistd.h>
 #include <xxhash.h>
 
@@ -829,6 +830,40 @@ START_TEST(test_posix_capacity_touch_keeps_hot)
 }
 END_TEST
 
+/* After a restart the coldest block is the one whose file was accessed longest ago, whatever
+ * the order of the directory listing: blocks 0..4 get access times 4, 3, 2, 1, 0 hours ago
+ * (block 4 the coldest), the store is reopened with room for five, and a sixth evicts 4. */
+START_TEST(test_posix_capacity_recency_survives_restart)
+{
+	struct store s;
+	struct posix_config pc;
+	struct tier *t = capped_store(&s, 5);
+
+	for (int i = 0; i < 5; i++)
+		put_cap(t, i);
+	for (int i = 0; i < 5; i++) {
+		struct blockid id = ut_id((uint64_t)i);
+		struct timespec ts[2];
+		char path[PATH_MAX];
+
+		path_of(&s, &id, path, sizeof(path));
+		clock_gettime(CLOCK_REALTIME, &ts[0]);
+		ts[0].tv_sec -= 3600 * (time_t)i; /* atime */
+		ts[1].tv_nsec = UTIME_OMIT;        /* mtime unchanged */
+		ck_assert_int_eq(utimensat(AT_FDCWD, path, ts, 0), 0);
+	}
+	tier_destroy(t);
+	pc = (struct posix_config){ .root = s.dir, .layout = LAYOUT_NATIVE,
+				    .capacity = 5ull * CAP_FILE + 8192 };
+	ck_assert_int_eq(posix_create(&pc, &s.t), 0);
+	t = s.t;
+	put_cap(t, 5);
+	ck_assert_msg(!has(t, 4), "the block read longest ago survived the restart's eviction");
+	ck_assert(has(t, 0) && has(t, 1) && has(t, 2) && has(t, 3) && has(t, 5));
+	store_close(&s);
+}
+END_TEST
+
 START_TEST(test_posix_capacity_expired_first)
 {
 	struct store s;
@@ -940,6 +975,7 @@ Suite *posix_suite(void)
 	tcase_add_test(core, test_posix_capacity_evicts_coldest);
 	tcase_add_test(core, test_posix_capacity_touch_keeps_hot);
 	tcase_add_test(core, test_posix_capacity_expired_first);
+	tcase_add_test(core, test_posix_capacity_recency_survives_restart);
 	tcase_add_test(core, test_posix_capacity_spares_open_blocks);
 	tcase_add_test(errors, test_posix_capacity_full_of_open_blocks);
 	tcase_add_test(errors, test_posix_corrupt_header_quarantined);
