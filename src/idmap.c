@@ -76,6 +76,15 @@ int idmap_insert(struct idmap *m, struct idnode *n)
 	return 0;
 }
 
+int idmap_reserve(struct idmap *m, const struct blockid *id)
+{
+	struct idshard *sh = &m->shard[blockid_shard(id)];
+
+	if (!sh->buckets)
+		grow(sh);
+	return sh->buckets ? 0 : -ENOMEM;
+}
+
 void idmap_remove(struct idmap *m, struct idnode *n)
 {
 	struct idshard *sh = &m->shard[blockid_shard(&n->id)];

@@ -38,6 +38,9 @@ struct idnode *idmap_find(const struct idmap *m, const struct blockid *id);
 /* Insert n (n->id set; no node with that id may be present). Returns 0, or -ENOMEM only when
  * the shard has no table yet and none can be allocated (a full table just grows chains). */
 int idmap_insert(struct idmap *m, struct idnode *n);
+/* Make sure the shard of id has its table, so that inserting a node of that id cannot fail
+ * (tables are never freed before idmap_destroy). 0 or -ENOMEM. */
+int idmap_reserve(struct idmap *m, const struct blockid *id);
 /* Remove n, which must be inserted. */
 void idmap_remove(struct idmap *m, struct idnode *n);
 

@@ -130,7 +130,9 @@ static int pipe_open(struct tier *t, const struct blockid *id, unsigned flags,
 	for (int attempt = 0; attempt < 8; attempt++) {
 		if (p->cache)
 			rc = p->cache->ops->open(p->cache, id, flags, &h->in);
-		if (rc == 0 || !p->below)
+		/* memory holds the block but cannot open it: its version may be newer than
+		 * the disk's (not written yet), so the disk's is no answer */
+		if (rc != -ENOENT || !p->below)
 			break;
 		rc = load_open(p, id, &h->ld, &h->in);
 		if (rc || h->in)
@@ -539,9 +541,10 @@ static int publish(struct pipeline *p, struct session *s, uint64_t size)
 
 		pthread_mutex_lock(st);
 		pthread_rwlock_rdlock(&p->usage_lock);
-		if (p->cache)
-			p->cache->ops->remove(p->cache, &s->node.id);
 		rc = p->below->ops->commit(res, &m, durable ? TIER_COMMIT_DURABLE : 0, NULL);
+		/* under the stripe: no dump or load of the older version lands in between */
+		if (rc == 0 && p->cache)
+			p->cache->ops->remove(p->cache, &s->node.id);
 		pthread_rwlock_unlock(&p->usage_lock);
 		pthread_mutex_unlock(st);
 		return rc;
@@ -604,6 +607,17 @@ static int pipe_commit(struct tier_handle *th, const struct block_meta *meta, un
 			rc = 0; /* opened for writing, left as it was (touch): nothing new to publish */
 		else
 			rc = ok ? publish(p, s, size) : -EIO;
+		if (rc == -EIO && (flags & TIER_COMMIT_TRY)) {
+			/* tier.h: -EIO with TRY leaves the handle with its caller, who commits or
+			 * aborts it again: keep the session, out of the map, as a failed one */
+			if (s->res)
+				s->res->tier->ops->abort(s->res);
+			s->res = NULL;
+			s->err = -EIO;
+			s->refs = 1;
+			pthread_mutex_unlock(&s->lock);
+			return -EIO;
+		}
 		pthread_mutex_unlock(&s->lock);
 		session_free(s);
 		if (!ok)
@@ -713,8 +727,11 @@ static int pipe_sync(struct tier *t, const struct blockid *id)
 		return pipe_lookup(t, id, NULL);
 	/* the live version is safe below once it is clean: write it now if it is not */
 	while (p->cache && p->cache->ops->lookup(p->cache, id, &a) == 0 && a.dirty) {
-		if (p->cache->ops->open(p->cache, id, TIER_OPEN_INTERNAL, &rd))
-			continue;
+		rc = p->cache->ops->open(p->cache, id, TIER_OPEN_INTERNAL, &rd);
+		if (rc == -ENOENT)
+			continue; /* replaced or removed meanwhile: look again */
+		if (rc)
+			return -EIO; /* it cannot be written below now */
 		rc = dump(p, rd, id, a.version, 0);
 		if (rc)
 			return rc == -ENOSPC ? rc : -EIO;

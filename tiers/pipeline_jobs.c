@@ -299,8 +299,11 @@ int dump(struct pipeline *p, struct tier_handle *rd, const struct blockid *id, u
 		if (rc == 0 && off < a.size)
 			yield_to_loads(p);
 	}
-	if (rc == 0 && a.size == 0)
+	if (rc == 0 && a.size == 0) {
 		rc = p->below->ops->truncate(lres, 0);
+		if (rc)
+			p->below->ops->abort(lres);
+	}
 	if (rc == 0) {
 		pthread_mutex_lock(st);
 		if (p->cache->ops->lookup(p->cache, id, &cur) == 0 && cur.version == version) {
@@ -574,24 +577,42 @@ static void load_hint(struct loading *ld, uint32_t next)
 	pthread_mutex_unlock(&ld->lock);
 }
 
+/*
+ * The load of id in flight that a reader may join, or NULL. A load whose version is no longer
+ * the one below (the block was removed or replaced since it started) leaves the map: it goes
+ * on for the readers it has, but nobody joins it any more. p->lock held.
+ */
+static struct loading *find_load(struct pipeline *p, const struct blockid *id)
+{
+	struct idnode *n = idmap_find(&p->loading, id);
+	struct block_attr a;
+
+	if (!n)
+		return NULL;
+	if (p->below->ops->lookup(p->below, id, &a) == 0 && a.version == LD(n)->a.version)
+		return LD(n);
+	idmap_remove(&p->loading, n);
+	LD(n)->listed = false;
+	return NULL;
+}
+
 int load_open(struct pipeline *p, const struct blockid *id, struct loading **out,
 	      struct tier_handle **direct)
 {
 	struct tier_handle *lh;
-	struct loading *ld;
-	struct idnode *n;
+	struct loading *ld, *joined;
 	int rc;
 
 	*out = NULL;
 	*direct = NULL;
 	pthread_mutex_lock(&p->lock);
-	n = idmap_find(&p->loading, id);
-	if (n) {
-		LD(n)->refs++;
-		*out = LD(n);
+	joined = find_load(p, id);
+	if (joined) {
+		joined->refs++;
+		*out = joined;
 	}
 	pthread_mutex_unlock(&p->lock);
-	if (n)
+	if (joined)
 		return 0;
 
 	rc = p->below->ops->open(p->below, id, 0, &lh);
@@ -605,11 +626,11 @@ int load_open(struct pipeline *p, const struct blockid *id, struct loading **out
 		return 0;
 	}
 	pthread_mutex_lock(&p->lock);
-	n = idmap_find(&p->loading, id);
-	if (n) {
+	joined = find_load(p, id);
+	if (joined) {
 		/* another reader started the same load meanwhile: join it */
-		LD(n)->refs++;
-		*out = LD(n);
+		joined->refs++;
+		*out = joined;
 	} else if (idmap_insert(&p->loading, &ld->node) == 0) {
 		ld->listed = true;
 		ld->refs = 1; /* the reader; the worker's job takes its own when queued */

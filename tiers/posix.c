@@ -948,9 +948,16 @@ static int posix_commit(struct tier_handle *th, const struct block_meta *meta, u
 	uint64_t stored = meta->size;
 	uint32_t codec = CODEC_RAW;
 	struct stat st;
+	bool indexable;
 	int rc = -ENOMEM;
 
 	if (!e)
+		goto err;
+	/* the index must be able to take the block once it is renamed into place */
+	pthread_mutex_lock(&p->lock);
+	indexable = idmap_reserve(&p->map, &h->id) == 0;
+	pthread_mutex_unlock(&p->lock);
+	if (!indexable)
 		goto err;
 	if (p->layout == LAYOUT_NATIVE) {
 		struct disk_header *hd = calloc(1, sizeof(*hd));
@@ -1355,8 +1362,9 @@ static void scan_temp(struct posix *p, int dfd, const char *name, const char *di
 	}
 }
 
-/* Index one block file found at start; quarantine it if it is damaged. */
-static void scan_block(struct posix *p, int dfd, const char *name, const char *dir,
+/* Index one block file found at start; quarantine it if it is damaged. 0, or -ENOMEM if it
+ * cannot be indexed (the store must not open without it). */
+static int scan_block(struct posix *p, int dfd, const char *name, const char *dir,
 		       const struct blockid *id)
 {
 	char path[PATH_MAX];
@@ -1364,7 +1372,7 @@ static void scan_block(struct posix *p, int dfd, const char *name, const char *d
 	struct disk_header hd;
 	struct pentry *e;
 	struct stat st;
-	int fd;
+	int fd, rc;
 
 	snprintf(path, sizeof(path), "%s/%s", dir, name);
 	fd = openat(dfd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
@@ -1373,12 +1381,12 @@ static void scan_block(struct posix *p, int dfd, const char *name, const char *d
 			close(fd);
 		atomic_fetch_add(&p->skipped, 1);
 		log_warn("skipped %s: not a regular block file", path);
-		return;
+		return 0;
 	}
 	e = calloc(1, sizeof(*e));
 	if (!e) {
 		close(fd);
-		return;
+		return -ENOMEM;
 	}
 	e->node.id = *id;
 	e->phys = (uint64_t)st.st_blocks * 512;
@@ -1394,7 +1402,7 @@ static void scan_block(struct posix *p, int dfd, const char *name, const char *d
 			close(fd);
 			free(e);
 			quarantine(p, path, NULL, 0, "bad header");
-			return;
+			return 0;
 		}
 		e->size = hd.raw_size;
 		e->stored = hd.stored_size;
@@ -1405,15 +1413,20 @@ static void scan_block(struct posix *p, int dfd, const char *name, const char *d
 				close(fd);
 				free(e);
 				unlinkat(dfd, name, 0); /* expired while nobody was looking */
-				return;
+				return 0;
 			}
 			e->deadline = wall_to_mono(hd.deadline);
 		}
 	}
 	close(fd);
 	pthread_mutex_lock(&p->lock);
-	index_put(p, e);
+	rc = idmap_reserve(&p->map, id);
+	if (rc == 0)
+		index_put(p, e);
 	pthread_mutex_unlock(&p->lock);
+	if (rc)
+		free(e);
+	return rc;
 }
 
 static bool shard_name(const char *name)
@@ -1428,17 +1441,30 @@ static bool shard_name(const char *name)
 	return blockid_parse(hex, sizeof(hex), &id) == 0;
 }
 
-static void scan_shard(struct posix *p, const char *shard)
+/* Index the blocks of one shard directory. 0 or -errno: a shard that cannot be read whole
+ * must not open as if it were empty. */
+static int scan_shard(struct posix *p, const char *shard)
 {
 	char dir[PATH_MAX];
 	struct dirent *de;
 	DIR *d;
+	int rc = 0;
 
 	snprintf(dir, sizeof(dir), "%s/%s", p->data, shard);
 	d = opendir(dir);
-	if (!d)
-		return;
-	while ((de = readdir(d))) {
+	if (!d && errno == ENOTDIR) {
+		/* a stray file with a shard's name holds no blocks */
+		atomic_fetch_add(&p->skipped, 1);
+		log_warn("skipped %s: not a directory", dir);
+		return 0;
+	}
+	if (!d) {
+		rc = -errno;
+		if (rc != -ENOENT)
+			log_err("store %s: cannot read %s: %s", p->root, dir, strerror(-rc));
+		return rc == -ENOENT ? 0 : rc;
+	}
+	while (rc == 0 && (de = readdir(d))) {
 		struct blockid id;
 
 		if (de->d_name[0] == '.')
@@ -1446,11 +1472,12 @@ static void scan_shard(struct posix *p, const char *shard)
 		if (strstr(de->d_name, TEMP_MARK))
 			scan_temp(p, dirfd(d), de->d_name, dir);
 		else if (blockid_parse_name(de->d_name, &id) == 0 && !strncmp(de->d_name, shard, 3))
-			scan_block(p, dirfd(d), de->d_name, dir, &id);
+			rc = scan_block(p, dirfd(d), de->d_name, dir, &id);
 		else
 			atomic_fetch_add(&p->skipped, 1);
 	}
 	closedir(d);
+	return rc;
 }
 
 /*
@@ -1470,6 +1497,7 @@ struct scan_ctx {
 	atomic_size_t next, done;
 	atomic_int_fast64_t last_report;
 	int64_t started;
+	atomic_int err;               /* the first shard's error: the scan stops */
 };
 
 static void scan_progress(struct scan_ctx *c)
@@ -1493,8 +1521,12 @@ static void *scan_worker(void *arg)
 	struct scan_ctx *c = arg;
 	size_t i;
 
-	while ((i = atomic_fetch_add(&c->next, 1)) < c->shards.n) {
-		scan_shard(c->p, c->shards.name[i]);
+	while (!atomic_load(&c->err) && (i = atomic_fetch_add(&c->next, 1)) < c->shards.n) {
+		int rc = scan_shard(c->p, c->shards.name[i]);
+		int none = 0;
+
+		if (rc)
+			atomic_compare_exchange_strong(&c->err, &none, rc);
 		atomic_fetch_add(&c->done, 1);
 		scan_progress(c);
 	}
@@ -1569,6 +1601,11 @@ static int scan(struct posix *p)
 	while (nthreads)
 		pthread_join(tid[--nthreads], NULL);
 	free(c.shards.name);
+	if (atomic_load(&c.err)) {
+		log_err("store %s: cannot index every block: %s", p->root,
+			strerror(-atomic_load(&c.err)));
+		return atomic_load(&c.err);
+	}
 	pthread_mutex_lock(&p->lock);
 	sort_recency(p);
 	pthread_mutex_unlock(&p->lock);

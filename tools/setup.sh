@@ -126,11 +126,11 @@ cmd_test() {
 	say "tests: build/"
 	run_suites build --suite unit --suite mount
 	say "tests: build-asan/ (ASan+UBSan)"
-	run_suites build-asan --suite unit --suite mount --timeout-multiplier 3
+	run_suites build-asan --suite unit --suite fault --suite mount --timeout-multiplier 3
 	say "tests: build-tsan/ (TSan: the suites that run threads)"
 	export TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1
 	run_suites build-tsan \
-		--timeout-multiplier 4 cache cache_model pipeline compress tier_cache tier_pipeline \
+		--timeout-multiplier 4 cache cache_model pipeline compress buf tier_cache tier_pipeline \
 		tier_pipeline_tight tier_built tier_built_tight tier_built_stripe
 	say "tests: build-fuzz/ (libFuzzer, ${UCM_FUZZ_SECONDS:-20} s per target after its corpus)"
 	run_suites build-fuzz --no-rebuild --suite fuzz

@@ -3,6 +3,11 @@
  * its own test, so failures are counted per suite); with no argument it runs them all;
  * `check_unit --list` prints the suite names.
  *
+ * The same file is the runner of check_fault (built with -DUCM_FAULT_RUNNER): the fault
+ * injection suites of check_fault.c live in their own executable because it is linked with
+ * --wrap for the allocation functions (tests/unit/fault_tier.h), which no other suite
+ * should run under.
+ *
  * Tests run in forked children (check's CK_FORK default; CK_FORK=no in the environment
  * turns it off), so a crash or a sanitizer abort is one failed test, not a dead runner.
  * Temporary directories go under one base directory made here and removed at the end.
@@ -17,10 +22,50 @@
 #include "src/log.h"
 #include "tests/unit/unit.h"
 
-/* suites of check_cache_model.c, check_compress.c, check_shuffle.c */
+#ifdef UCM_FAULT_RUNNER
+#define RUNNER "check_fault"
+/* suites of check_fault.c */
+Suite *fault_tier_suite(void);
+Suite *fault_disk_suite(void);
+Suite *fault_below_suite(void);
+Suite *fault_mem_suite(void);
+Suite *fault_alloc_suite(void);
+
+static const struct {
+	const char *name;
+	Suite *(*make)(void);
+} fixed[] = {
+	{ "fault_tier", fault_tier_suite },
+	{ "fault_disk", fault_disk_suite },
+	{ "fault_below", fault_below_suite },
+	{ "fault_mem", fault_mem_suite },
+	{ "fault_alloc", fault_alloc_suite },
+};
+
+/* no tier contract suites in this runner */
+static unsigned contract_count(void)
+{
+	return 0;
+}
+
+static Suite *contract_suite(unsigned k)
+{
+	(void)k;
+	return NULL;
+}
+
+static const char *contract_name(unsigned k)
+{
+	(void)k;
+	return NULL;
+}
+#else
+#define RUNNER "check_unit"
+/* suites of check_cache_model.c, check_compress.c, check_shuffle.c, check_buf.c */
 Suite *cache_model_suite(void);
 Suite *compress_suite(void);
 Suite *shuffle_suite(void);
+Suite *buf_suite(void);
 
 static const struct {
 	const char *name;
@@ -38,24 +83,30 @@ static const struct {
 	{ "cache_model", cache_model_suite },
 	{ "compress", compress_suite },
 	{ "shuffle", shuffle_suite },
+	{ "buf", buf_suite },
 };
+
+#define contract_count tier_contract_count
+#define contract_suite tier_contract_suite
+#define contract_name tier_contract_name
+#endif
 
 #define NFIXED (sizeof(fixed) / sizeof(fixed[0]))
 
 /* Every suite, in order; the tier contract suites after the module suites. */
 static size_t nsuites(void)
 {
-	return NFIXED + tier_contract_count();
+	return NFIXED + contract_count();
 }
 
 static const char *suite_name(size_t i)
 {
-	return i < NFIXED ? fixed[i].name : tier_contract_name((unsigned)(i - NFIXED));
+	return i < NFIXED ? fixed[i].name : contract_name((unsigned)(i - NFIXED));
 }
 
 static Suite *make_suite(size_t i)
 {
-	return i < NFIXED ? fixed[i].make() : tier_contract_suite((unsigned)(i - NFIXED));
+	return i < NFIXED ? fixed[i].make() : contract_suite((unsigned)(i - NFIXED));
 }
 
 int main(int argc, char **argv)
@@ -76,7 +127,7 @@ int main(int argc, char **argv)
 	if (want && !strcmp(want, "--list"))
 		return 0;
 	if (!known) {
-		fprintf(stderr, "check_unit: no suite named '%s' (try --list)\n", want);
+		fprintf(stderr, RUNNER ": no suite named '%s' (try --list)\n", want);
 		return 2;
 	}
 	/* the daemon's log lines are expected noise in error tests: UCM_TEST_LOG=N shows

@@ -1,0 +1,168 @@
+/* Block buffers (src/buf.h): zeroed, page-aligned, disjoint, resizable, reused after free. */
+#include <pthread.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "src/buf.h"
+#include "tests/unit/unit.h"
+
+static bool all_zero(const unsigned char *p, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		if (p[i])
+			return false;
+	return true;
+}
+
+static bool all_byte(const unsigned char *p, size_t n, unsigned char b)
+{
+	for (size_t i = 0; i < n; i++)
+		if (p[i] != b)
+			return false;
+	return true;
+}
+
+/* Every size class and a mapped size: aligned, zeroed, writable to its rounded end. */
+START_TEST(test_buf_sizes)
+{
+	static const size_t sizes[] = { 0, 1, 4095, 4096, 4097, 12288, 65536, 200000,
+					(256u << 10) - 1, 256u << 10, (1u << 20) + 3 };
+
+	for (size_t k = 0; k < sizeof(sizes) / sizeof(sizes[0]); k++) {
+		size_t n = buf_round(sizes[k] ? sizes[k] : 1);
+		unsigned char *p = buf_alloc(sizes[k], k % 2);
+
+		ck_assert_ptr_nonnull(p);
+		UT_CHECK((uintptr_t)p % BUF_ALIGN == 0, "size %zu: %p is not page-aligned",
+			 sizes[k], (void *)p);
+		UT_CHECK(all_zero(p, n), "size %zu: not zero-filled", sizes[k]);
+		memset(p, 0xa5, n);
+		buf_free(p, sizes[k]);
+	}
+}
+END_TEST
+
+/* Many live buffers of one class never overlap, and a freed slot comes back zeroed. */
+START_TEST(test_buf_disjoint_and_reused_zeroed)
+{
+	enum { N = 2000 };
+	unsigned char **v = calloc(N, sizeof(*v));
+
+	ck_assert_ptr_nonnull(v);
+	for (int i = 0; i < N; i++) {
+		v[i] = buf_alloc(4096, false);
+		ck_assert_ptr_nonnull(v[i]);
+		memset(v[i], i & 0xff, 4096);
+	}
+	for (int i = 0; i < N; i++)
+		UT_CHECK(all_byte(v[i], 4096, (unsigned char)(i & 0xff)),
+			 "buffer %d was overwritten by another", i);
+	for (int i = 0; i < N; i += 2)
+		buf_free(v[i], 4096);
+	for (int i = 0; i < N; i += 2) {
+		v[i] = buf_alloc(4096, false);
+		ck_assert_ptr_nonnull(v[i]);
+		UT_CHECK(all_zero(v[i], 4096), "a reused buffer (%d) is not zero-filled", i);
+	}
+	for (int i = 1; i < N; i += 2)
+		UT_CHECK(all_byte(v[i], 4096, (unsigned char)(i & 0xff)),
+			 "buffer %d changed when its neighbours were reused", i);
+	for (int i = 0; i < N; i++)
+		buf_free(v[i], 4096);
+	free(v);
+}
+END_TEST
+
+/* Resizing keeps the bytes that fit, across classes and to and from mappings. */
+START_TEST(test_buf_resize)
+{
+	static const size_t steps[] = { 4096, 8192, 8000, 100000, 300000, 2u << 20, 50000, 4096 };
+	size_t cur = 1000;
+	unsigned char *p = buf_alloc(cur, false);
+
+	ck_assert_ptr_nonnull(p);
+	memset(p, 0x3c, cur);
+	for (size_t k = 0; k < sizeof(steps) / sizeof(steps[0]); k++) {
+		size_t keep = cur < steps[k] ? cur : steps[k];
+
+		p = buf_resize(p, cur, steps[k]);
+		ck_assert_ptr_nonnull(p);
+		UT_CHECK(all_byte(p, keep, 0x3c), "resize %zu -> %zu lost bytes", cur, steps[k]);
+		memset(p, 0x3c, steps[k]);
+		cur = steps[k];
+	}
+	buf_free(p, cur);
+}
+END_TEST
+
+struct churn {
+	unsigned seed;
+	int id;  /* 0..3: the tag of buffer k is id * 64 + k, distinct across threads */
+	int bad;
+};
+
+static void *churn_thread(void *arg)
+{
+	struct churn *c = arg;
+	enum { LIVE = 64 };
+	unsigned char *live[LIVE] = { 0 };
+	size_t size[LIVE] = { 0 };
+
+	for (int i = 0; i < 4000; i++) {
+		int k = (int)(rand_r(&c->seed) % LIVE);
+		unsigned char tag = (unsigned char)(c->id * LIVE + k);
+
+		if (live[k]) {
+			if (!all_byte(live[k], buf_round(size[k]), tag))
+				c->bad++;
+			buf_free(live[k], size[k]);
+			live[k] = NULL;
+		} else {
+			/* mostly slab sizes, some mapped ones */
+			size[k] = 1 + rand_r(&c->seed) % (i % 8 ? 64u << 10 : 300u << 10);
+			live[k] = buf_alloc(size[k], false);
+			if (!live[k]) {
+				c->bad++;
+				continue;
+			}
+			if (!all_zero(live[k], buf_round(size[k])))
+				c->bad++;
+			memset(live[k], tag, buf_round(size[k]));
+		}
+	}
+	for (int k = 0; k < LIVE; k++)
+		buf_free(live[k], size[k]);
+	return NULL;
+}
+
+/* Threads allocating and freeing random sizes see only their own bytes. */
+START_TEST(test_buf_threads)
+{
+	enum { T = 4 };
+	pthread_t t[T];
+	struct churn c[T];
+
+	for (int i = 0; i < T; i++) {
+		c[i] = (struct churn){ .seed = 7u + (unsigned)i, .id = i };
+		ck_assert_int_eq(pthread_create(&t[i], NULL, churn_thread, &c[i]), 0);
+	}
+	for (int i = 0; i < T; i++) {
+		pthread_join(t[i], NULL);
+		UT_CHECK(c[i].bad == 0, "thread %d saw %d wrong buffers", i, c[i].bad);
+	}
+}
+END_TEST
+
+Suite *buf_suite(void)
+{
+	Suite *s = suite_create("buf");
+	TCase *core = ut_tcase("core", UT_TIMEOUT);
+
+	tcase_add_test(core, test_buf_sizes);
+	tcase_add_test(core, test_buf_disjoint_and_reused_zeroed);
+	tcase_add_test(core, test_buf_resize);
+	tcase_add_test(core, test_buf_threads);
+	suite_add_tcase(s, core);
+	return s;
+}
