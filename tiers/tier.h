@@ -141,7 +141,8 @@ struct tier_ops {
 	int (*open)(struct tier *t, const struct blockid *id, unsigned flags,
 		    struct tier_handle **out);
 
-	/* Read from a read or write handle. Count (short only at the end of the block), -EIO.
+	/* Read from a read or write handle. Count (short only at the end of the block), -EIO,
+	 * -ENOMEM.
 	 * A disk tier reads the stored payload (see layout()); every other tier the raw bytes. */
 	ssize_t (*read)(struct tier_handle *h, void *buf, size_t len, uint64_t off);
 
@@ -172,7 +173,7 @@ struct tier_ops {
 	/* Write into a reservation. Count, -EFBIG, -ENOSPC, -EIO, -ENOMEM */
 	ssize_t (*write)(struct tier_handle *h, const void *buf, size_t len, uint64_t off);
 
-	/* Declare the size of a reservation (ftruncate). 0, -EFBIG, -ENOSPC */
+	/* Declare the size of a reservation (ftruncate). 0, -EFBIG, -ENOSPC, -EIO, -ENOMEM */
 	int (*truncate)(struct tier_handle *h, uint64_t size);
 
 	/* Ask that this reservation's commit be durable (fsync before close). 0 */
@@ -200,13 +201,15 @@ struct tier_ops {
 	int (*set_deadline)(struct tier *t, const struct blockid *id, int64_t deadline);
 
 	/* (pipeline) Set the TTL of id in ms (TTL_NONE clears it): of the block being written,
-	 * counted from its commit, else of the committed block, counted from now. 0, -ENOENT */
+	 * counted from its commit, else of the committed block, counted from now.
+	 * 0, -ENOENT, -EIO (the deadline could not be persisted), -ENOMEM */
 	int (*set_ttl)(struct tier *t, const struct blockid *id, int64_t ttl_ms);
 
 	/* (cache) the version is now safe in the tier below: it may be evicted. 0, -ENOENT */
 	int (*mark_clean)(struct tier *t, const struct blockid *id, uint64_t version);
 
-	/* Make the live version durable (fsync of data and directory). 0, -ENOENT, -EIO */
+	/* Make the live version durable (fsync of data and directory).
+	 * 0, -ENOENT, -EIO, -ENOSPC (it had to be written below first) */
 	int (*sync)(struct tier *t, const struct blockid *id);
 
 	/* Call fn for every live id of one shard (blockid_shard()), in no particular order. */
