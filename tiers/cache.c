@@ -107,6 +107,7 @@ struct cache {
 	uint64_t reservations;         /* RESERVED cblocks; protected by lock */
 	struct dlheap deadlines;       /* TTL index; protected by lock */
 	unsigned dirty_wait_ms;
+	bool dumps_stuck;              /* no dirty block becomes clean soon; protected by lock */
 	counter_t hits, misses, evictions, expirations, bytes_in;
 };
 
@@ -404,7 +405,7 @@ static int make_room_draining(struct cache *c, uint64_t need, bool wait, struct 
 			continue;
 		}
 		/* not enough: only dirty blocks can still become evictable */
-		if (c->dirty_bytes == 0 || c->dirty_wait_ms == 0 || !wait)
+		if (c->dirty_bytes == 0 || c->dirty_wait_ms == 0 || !wait || c->dumps_stuck)
 			return -ENOSPC;
 		if (!give_up)
 			give_up = mono_ns() + (int64_t)c->dirty_wait_ms * 1000000;
@@ -425,6 +426,19 @@ static int make_room_draining(struct cache *c, uint64_t need, bool wait, struct 
 		c->draining = true;
 	}
 	return 0;
+}
+
+void cache_dumps_stuck(struct tier *t, bool stuck)
+{
+	struct cache *c;
+
+	if (!t || t->ops != &tier_cache_ops)
+		return;
+	c = t->priv;
+	pthread_mutex_lock(&c->lock);
+	c->dumps_stuck = stuck;
+	pthread_cond_broadcast(&c->cleaned); /* waiters give up at once */
+	pthread_mutex_unlock(&c->lock);
 }
 
 /* --- handles ----------------------------------------------------------------------------- */

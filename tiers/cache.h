@@ -19,6 +19,10 @@ struct cache_config {
 /* 0, -ENOMEM, -EINVAL (unknown policy). *out is owned by the caller (tier_destroy). */
 int cache_create(const struct cache_config *cfg, struct tier **out);
 
+/* The tier below refuses writes for now (stuck: dumps are parked until it takes them again):
+ * a reservation does not wait for dirty blocks to become clean, it fails -ENOSPC at once. */
+void cache_dumps_stuck(struct tier *t, bool stuck);
+
 extern const struct tier_ops tier_cache_ops;
 
 #endif

@@ -476,8 +476,13 @@ static int decode_chunk(struct ctier *c, struct crh *h, uint32_t i, char *dst, s
 	if (!d)
 		return -ENOMEM;
 	z = ZSTD_decompressDCtx(t->dctx, d, rlen, s, slen);
-	if (ZSTD_isError(z) || z != rlen)
+	if (ZSTD_isError(z) || z != rlen) {
+		/* right checksums, wrong content (a writer's bug, another codec version): the
+		 * file is damaged all the same, never to be tried again */
+		if (h->lh->tier->ops->damaged)
+			h->lh->tier->ops->damaged(h->lh, "a chunk does not decode");
 		return -EIO;
+	}
 	if (w > 1)
 		unshuffle_bytes(dst, d, rlen, w);
 	return 0;

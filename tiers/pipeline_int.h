@@ -57,6 +57,12 @@ struct pipeline {
 	atomic_uint lqueued;           /* loads in that queue: read without qlock by dumps */
 	struct dump_job *dhead, *dtail; /* dump queue; protected by qlock */
 	unsigned queued, running;    /* jobs; protected by qlock */
+	struct dump_job *parked;     /* dumps that kept failing (a full or read-only disk): tried
+	                              * again every PARK_RETRY_NS, after any dump that works, and
+	                              * once more at drain; protected by qlock */
+	int64_t park_retry;          /* when the sweeper tries them again; protected by qlock */
+	bool final;                  /* draining for exit: a failed dump is not parked; qlock */
+	bool stuck;                  /* told the cache that dumps are parked; qlock */
 	bool stop;                   /* protected by qlock */
 	unsigned nthreads;
 	pthread_t threads[MAX_WORKERS];

@@ -33,9 +33,11 @@
 
 #include "src/clock.h"
 #include "src/log.h"
+#include "tiers/cache.h"
 #include "tiers/pipeline_int.h"
 
 #define DUMP_RETRIES 3
+#define PARK_RETRY_NS (5 * 1000000000LL)
 #define SWEEP_MS 1000
 #define PIECE (256u << 10)
 #define HINT_WAIT_NS 2000000 /* how long the worker waits for the first read to say where */
@@ -119,6 +121,25 @@ static void yield_to_loads(struct pipeline *p)
 	}
 }
 
+/* Queue every parked dump again. qlock held. */
+static void unpark_locked(struct pipeline *p)
+{
+	while (p->parked) {
+		struct dump_job *j = p->parked;
+
+		p->parked = j->next;
+		j->next = NULL;
+		if (p->dtail)
+			p->dtail->next = j;
+		else
+			p->dhead = j;
+		p->dtail = j;
+		p->queued++;
+	}
+	p->park_retry = mono_ns() + PARK_RETRY_NS;
+	pthread_cond_broadcast(&p->qcond);
+}
+
 static void *worker(void *arg)
 {
 	struct pipeline *p = arg;
@@ -129,6 +150,7 @@ static void *worker(void *arg)
 		struct loading *ld = pop_load(p);
 		struct dump_job *j = ld ? NULL : p->dhead;
 		struct tier_handle *again = NULL;
+		bool park = false, retry = false;
 		int rc;
 
 		if (!ld && !j) {
@@ -154,37 +176,58 @@ static void *worker(void *arg)
 			continue;
 		}
 		/* keep a second reference in case the dump fails and is tried again */
-		if (j->attempts + 1 < DUMP_RETRIES &&
-		    p->cache->ops->open(p->cache, &j->id, TIER_OPEN_INTERNAL, &again))
+		if (p->cache->ops->open(p->cache, &j->id, TIER_OPEN_INTERNAL, &again))
 			again = NULL;
 		rc = dump(p, j->rd, &j->id, j->version, 0);
-		if (rc && again) {
+		if (rc) {
 			atomic_fetch_add(&p->dump_errors, 1);
-			log_warn("writing a block to disk failed (%s); trying again", strerror(-rc));
-			usleep(100000);
+			pthread_mutex_lock(&p->qlock);
+			retry = again && !p->final;
+			pthread_mutex_unlock(&p->qlock);
+		}
+		if (retry) {
+			/* never given up while the block lives: a full disk gets room again */
 			j->rd = again;
-			j->attempts++;
 			j->next = NULL;
-		} else {
-			if (rc) {
-				atomic_fetch_add(&p->dump_errors, 1);
-				log_err("writing a block to disk failed (%s); it stays in memory only",
-					strerror(-rc));
+			park = ++j->attempts >= DUMP_RETRIES;
+			if (j->attempts < DUMP_RETRIES) {
+				log_warn("writing a block to disk failed (%s); trying again",
+					 strerror(-rc));
+				usleep(100000);
+			} else if (j->attempts == DUMP_RETRIES) {
+				log_err("writing a block to disk failed (%s); it stays in memory and "
+					"is tried again every %lld s", strerror(-rc),
+					PARK_RETRY_NS / 1000000000LL);
 			}
+		} else {
+			if (rc)
+				log_err("writing a block to disk failed (%s); it is not on disk",
+					strerror(-rc));
 			tier_close(again);
 			free(j);
 			j = NULL;
 		}
 		pthread_mutex_lock(&p->qlock);
 		p->running--;
-		if (j) {
+		if (j && park) {
+			j->next = p->parked;
+			p->parked = j;
+			if (p->park_retry < mono_ns())
+				p->park_retry = mono_ns() + PARK_RETRY_NS;
+			if (!p->stuck) /* c->lock is a leaf lock: taking it under qlock is safe */
+				cache_dumps_stuck(p->cache, p->stuck = true);
+		} else if (j) {
 			if (p->dtail)
 				p->dtail->next = j;
 			else
 				p->dhead = j;
 			p->dtail = j;
 			p->queued++;
+		} else if (rc == 0 && p->parked) {
+			unpark_locked(p); /* the disk takes writes again */
 		}
+		if (rc == 0 && !p->parked && p->stuck)
+			cache_dumps_stuck(p->cache, p->stuck = false);
 		pthread_cond_broadcast(&p->qidle);
 	}
 	pthread_mutex_unlock(&p->qlock);
@@ -209,6 +252,8 @@ static void *sweeper(void *arg)
 		if (p->below && p->below->ops->sweep)
 			p->below->ops->sweep(p->below);
 		pthread_mutex_lock(&p->qlock);
+		if (p->parked && mono_ns() >= p->park_retry)
+			unpark_locked(p);
 	}
 	pthread_mutex_unlock(&p->qlock);
 	return NULL;
@@ -236,6 +281,9 @@ int jobs_start(struct pipeline *p)
 void jobs_drain(struct pipeline *p)
 {
 	pthread_mutex_lock(&p->qlock);
+	/* at exit: the parked dumps get one last try, and are not parked again */
+	p->final = true;
+	unpark_locked(p);
 	while (p->queued || p->running)
 		pthread_cond_wait(&p->qidle, &p->qlock);
 	pthread_mutex_unlock(&p->qlock);

@@ -348,6 +348,7 @@ static void quarantine(struct posix *p, const char *path, const struct blockid *
 	const char *base = strrchr(path, '/');
 	struct stat st;
 	bool moved;
+	int err = 0;
 
 	if (ino && (lstat(path, &st) || st.st_ino != ino))
 		return;
@@ -356,17 +357,40 @@ static void quarantine(struct posix *p, const char *path, const struct blockid *
 	snprintf(dst, sizeof(dst), "%s/%s.%lld", qdir, base ? base + 1 : path,
 		 (long long)wall_ns());
 	moved = rename(path, dst) == 0;
-	if (!moved && errno != ENOENT)
+	if (!moved && errno != ENOENT) {
+		err = errno;
 		moved = unlink(path) == 0;
+	}
 	if (id) {
 		pthread_mutex_lock(&p->lock);
 		index_drop(p, id, ino);
 		pthread_mutex_unlock(&p->lock);
 	}
-	if (!moved)
+	if (!moved) {
+		if (err)
+			log_warn("%s is damaged (%s) but cannot be moved to quarantine: %s", path,
+				 why, strerror(err));
 		return;
+	}
 	atomic_fetch_add(&p->quarantined, 1);
 	log_warn("quarantined %s: %s", path, why);
+}
+
+/*
+ * The file of inode ino, which the index holds for id, is no longer at path (removed or
+ * replaced behind the daemon's back): forget that entry. A newer version committed since has
+ * another inode and stays.
+ */
+static void forget_stale(struct posix *p, const char *path, const struct blockid *id,
+			 uint64_t ino)
+{
+	struct stat st;
+
+	if (!lstat(path, &st) && st.st_ino == ino)
+		return;
+	pthread_mutex_lock(&p->lock);
+	index_drop(p, id, ino);
+	pthread_mutex_unlock(&p->lock);
 }
 
 /* --- reading ----------------------------------------------------------------------------- */
@@ -475,11 +499,12 @@ static int posix_open(struct tier *t, const struct blockid *id, unsigned flags,
 	struct posix *p = posix_of(t);
 	char path[PATH_MAX];
 	uint8_t raw[DISK_HEADER_SIZE];
+	struct block_attr la;
 	struct phandle *h;
 	struct stat st;
 	int rc;
 
-	rc = posix_lookup(t, id, NULL);
+	rc = posix_lookup(t, id, &la);
 	if (rc) {
 		if (!(flags & TIER_OPEN_INTERNAL))
 			counter_add(&p->misses, 1);
@@ -491,9 +516,15 @@ static int posix_open(struct tier *t, const struct blockid *id, unsigned flags,
 	if (!h)
 		return -ENOMEM;
 	block_path(p, id, path, sizeof(path));
-	h->fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (h->fd < 0 || fstat(h->fd, &st)) {
-		rc = errno == ENOENT ? -ENOENT : -EIO;
+	/* O_NONBLOCK: a FIFO put in place of a block file must not park this thread */
+	h->fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+	if (h->fd < 0 || fstat(h->fd, &st) || !S_ISREG(st.st_mode)) {
+		struct stat ls;
+
+		rc = h->fd < 0 && errno == ENOENT ? -ENOENT : -EIO;
+		if (lstat(path, &ls) == 0 && !S_ISREG(ls.st_mode))
+			quarantine(p, path, id, ls.st_ino, "not a regular file");
+		forget_stale(p, path, id, la.version);
 		goto err;
 	}
 	h->ino = st.st_ino;
@@ -519,6 +550,7 @@ static int posix_open(struct tier *t, const struct blockid *id, unsigned flags,
 	    !blockid_eq(&h->hdr->id, id) ||
 	    (uint64_t)st.st_size < DISK_HEADER_SIZE + h->hdr->stored_size) {
 		quarantine(p, path, id, h->ino, "bad header");
+		forget_stale(p, path, id, la.version);
 		rc = -EIO;
 		goto err;
 	}
@@ -606,6 +638,12 @@ static void damaged(struct phandle *h, const char *why)
 
 	block_path(p, &h->id, path, sizeof(path));
 	quarantine(p, path, &h->id, h->ino, why);
+}
+
+static void posix_damaged(struct tier_handle *th, const char *why)
+{
+	if (!((struct phandle *)th)->writing)
+		damaged((struct phandle *)th, why);
 }
 
 /* Read chunk i whole into dst and check it. 0 or -EIO. */
@@ -1303,6 +1341,9 @@ static void posix_metrics(struct tier *t, struct metrics *m)
 	metrics_counter(m, "ucmfs_temp_files_removed_total",
 			"Leftover temp files removed at start.", store,
 			atomic_load(&p->temp_removed));
+	metrics_counter(m, "ucmfs_skipped_entries_total",
+			"Entries of the store that are not block files, skipped at start.", store,
+			atomic_load(&p->skipped));
 }
 
 void posix_counters(struct tier *t, struct posix_counters *out)
@@ -1322,6 +1363,7 @@ const struct tier_ops tier_posix_ops = {
 	.open = posix_open,
 	.read = posix_read,
 	.layout = posix_layout,
+	.damaged = posix_damaged,
 	.stat = posix_stat,
 	.close = posix_close,
 	.reserve = posix_reserve,
@@ -1473,8 +1515,10 @@ static int scan_shard(struct posix *p, const char *shard)
 			scan_temp(p, dirfd(d), de->d_name, dir);
 		else if (blockid_parse_name(de->d_name, &id) == 0 && !strncmp(de->d_name, shard, 3))
 			rc = scan_block(p, dirfd(d), de->d_name, dir, &id);
-		else
+		else {
 			atomic_fetch_add(&p->skipped, 1);
+			log_warn("skipped %s/%s: not a block file name", dir, de->d_name);
+		}
 	}
 	closedir(d);
 	return rc;
@@ -1569,11 +1613,31 @@ static int scan(struct posix *p)
 	struct dirent *de;
 	DIR *d = opendir(p->data);
 
-	if (!d)
-		return -errno;
+	if (!d) {
+		rc = -errno;
+		log_err("cannot read STORE directory %s: %s", p->data, strerror(errno));
+		return rc;
+	}
 	while ((de = readdir(d))) {
-		if (!shard_name(de->d_name))
+		struct stat st;
+		char path[PATH_MAX];
+
+		if (de->d_name[0] == '.' ||
+		    (p->layout == LAYOUT_UCM && !strcmp(de->d_name, "quarantine")))
 			continue;
+		snprintf(path, sizeof(path), "%s/%s", p->data, de->d_name);
+		if (!shard_name(de->d_name)) {
+			atomic_fetch_add(&p->skipped, 1);
+			log_warn("skipped %s: not a shard directory name", path);
+			continue;
+		}
+		if (de->d_type != DT_DIR &&
+		    (fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) ||
+		     !S_ISDIR(st.st_mode))) {
+			/* moved aside, so that the shard's blocks can be written again */
+			quarantine(p, path, NULL, 0, "not a directory");
+			continue;
+		}
 		if (c.shards.n == c.shards.cap) {
 			size_t cap = c.shards.cap ? 2 * c.shards.cap : 4096;
 			void *v = realloc(c.shards.name, cap * sizeof(*c.shards.name));
@@ -1624,12 +1688,21 @@ static int lock_store(struct posix *p, unsigned wait_s)
 	bool said = false;
 
 	snprintf(path, sizeof(path), "%s/.lock.%s", p->root, p->host);
-	p->lock_fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
-	if (p->lock_fd < 0)
-		return -errno;
+	p->lock_fd = open(path, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
+	if (p->lock_fd < 0) {
+		int rc = -errno;
+
+		log_err("cannot open the lock file %s of STORE %s: %s", path, p->root,
+			strerror(errno));
+		return rc;
+	}
 	while (flock(p->lock_fd, LOCK_EX | LOCK_NB)) {
-		if (errno != EWOULDBLOCK)
-			return -errno;
+		if (errno != EWOULDBLOCK) {
+			int rc = -errno;
+
+			log_err("cannot lock %s: %s", path, strerror(errno));
+			return rc;
+		}
 		if (mono_ns() >= give_up) {
 			log_err("STORE %s is in use by another ucmfs on this host", p->root);
 			return -EBUSY;
@@ -1704,9 +1777,11 @@ int posix_create(const struct posix_config *cfg, struct tier **out)
 		if (!p->data)
 			goto err;
 	}
-	rc = 0;
-	if (rc == 0)
-		rc = make_dir(p->data);
+	rc = make_dir(p->data);
+	if (rc == 0 && (stat(p->data, &st) || !S_ISDIR(st.st_mode))) {
+		rc = -ENOTDIR;
+		log_err("STORE %s: %s is not a directory", p->root, p->data);
+	}
 	if (rc == 0 && access(p->data, R_OK | W_OK | X_OK)) {
 		rc = -errno;
 		log_err("STORE %s is not writable: %s", p->data, strerror(errno));

@@ -149,6 +149,10 @@ struct tier_ops {
 	/* (disk) How an open block is stored; valid until the handle is closed. 0 */
 	int (*layout)(struct tier_handle *h, struct block_layout *out);
 
+	/* (disk, optional) The stored bytes of an open read handle passed every checksum but
+	 * cannot be decoded: move the file to quarantine, count and log it, forget the block. */
+	void (*damaged)(struct tier_handle *h, const char *why);
+
 	/* The bytes of a handle held in memory, for replies without a copy: a pointer valid
 	 * until the handle is returned, or NULL if this handle's bytes are not in memory. */
 	const void *(*data)(struct tier_handle *h);
