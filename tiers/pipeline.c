@@ -280,8 +280,9 @@ static int spill(struct pipeline *p, struct session *s, const struct blockid *id
 			off += len;
 		}
 	}
+	/* the declared size, or the end of what was written after it, whichever is further */
 	if (rc == 0 && s->declared != NO_SIZE)
-		rc = p->below->ops->truncate(lres, s->declared);
+		rc = p->below->ops->truncate(lres, session_size(s));
 	if (rc) {
 		p->below->ops->abort(lres);
 		return rc;

@@ -507,6 +507,7 @@ static void load_run(struct pipeline *p, struct loading *ld)
 		pthread_mutex_lock(stripe_of(p, &ld->node.id));
 		if (p->below->ops->lookup(p->below, &ld->node.id, &now) == 0 &&
 		    now.version == ld->a.version) {
+			m.deadline = now.deadline; /* a TTL set or cleared while we read it */
 			rc = p->cache->ops->commit(ld->r, &m, TIER_COMMIT_LOADED | TIER_COMMIT_PIN,
 						   &rd);
 		} else {
