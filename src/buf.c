@@ -26,7 +26,8 @@
  * rest is cut into slots of one size class (a whole number of pages below MMAP_MIN). A free
  * is given the size, hence the class; the slab is the address rounded down to ARENA. Each
  * class keeps its slabs that have free slots on a list under its own lock; a slab that
- * becomes empty is unmapped unless it is the class's last one with free slots.
+ * becomes empty is unmapped, or, if it is the class's last one with free slots, keeps its
+ * mapping and gives its pages back (so an idle class costs no memory).
  */
 #define MMAP_MIN (256u << 10)
 #define ARENA (2u << 20)
@@ -156,6 +157,14 @@ static void slab_free(void *p, size_t len)
 	if (--s->used == 0 && c->npartial > 1) {
 		list_del(c, s);
 		munmap(s, ARENA);
+	} else if (s->used == 0) {
+		/* the class's last slab: keep the mapping, give its pages back; every slot is
+		 * fresh (zero) again */
+		s->free = NULL;
+		s->fresh = 0;
+		UNPOISON(slot_addr(s, len, 0), (size_t)s->nslots * len);
+		madvise(slot_addr(s, len, 0), (size_t)s->nslots * len, MADV_DONTNEED);
+		POISON(slot_addr(s, len, 0), (size_t)s->nslots * len);
 	}
 	pthread_mutex_unlock(&c->lock);
 }
