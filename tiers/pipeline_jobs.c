@@ -121,6 +121,18 @@ static void yield_to_loads(struct pipeline *p)
 	}
 }
 
+/* Put j at the end of the dump queue. qlock held. */
+static void push_dump_locked(struct pipeline *p, struct dump_job *j)
+{
+	j->next = NULL;
+	if (p->dtail)
+		p->dtail->next = j;
+	else
+		p->dhead = j;
+	p->dtail = j;
+	p->queued++;
+}
+
 /* Queue every parked dump again. qlock held. */
 static void unpark_locked(struct pipeline *p)
 {
@@ -128,13 +140,7 @@ static void unpark_locked(struct pipeline *p)
 		struct dump_job *j = p->parked;
 
 		p->parked = j->next;
-		j->next = NULL;
-		if (p->dtail)
-			p->dtail->next = j;
-		else
-			p->dhead = j;
-		p->dtail = j;
-		p->queued++;
+		push_dump_locked(p, j);
 	}
 	p->park_retry = mono_ns() + PARK_RETRY_NS;
 	pthread_cond_broadcast(&p->qcond);
@@ -217,12 +223,7 @@ static void *worker(void *arg)
 			if (!p->stuck) /* c->lock is a leaf lock: taking it under qlock is safe */
 				cache_dumps_stuck(p->cache, p->stuck = true);
 		} else if (j) {
-			if (p->dtail)
-				p->dtail->next = j;
-			else
-				p->dhead = j;
-			p->dtail = j;
-			p->queued++;
+			push_dump_locked(p, j);
 		} else if (rc == 0 && p->parked) {
 			unpark_locked(p); /* the disk takes writes again */
 		}
@@ -390,12 +391,7 @@ void enqueue_dump(struct pipeline *p, struct tier_handle *rd, const struct block
 	j->id = *id;
 	j->version = version;
 	pthread_mutex_lock(&p->qlock);
-	if (p->dtail)
-		p->dtail->next = j;
-	else
-		p->dhead = j;
-	p->dtail = j;
-	p->queued++;
+	push_dump_locked(p, j);
 	pthread_cond_signal(&p->qcond);
 	pthread_mutex_unlock(&p->qlock);
 }
