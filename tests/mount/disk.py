@@ -19,8 +19,8 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from compress import kv_bytes, stat_sum, xattr
-from ucmtest import (KiB, MiB, Mount, case, check, cmd, expect_errno, pattern, rand_id,
-                     read_fd, read_file, run, same, wait_until, write_file)
+from ucmtest import (KiB, MiB, Mount, case, check, cmd, expect_errno, flip, pattern, rand_id,
+                     read_fd, read_file, run, same, try_write, wait_until, write_file)
 
 HEADER = 4096
 
@@ -42,15 +42,6 @@ def quarantined(store, bid):
 def damage_count(m):
     return (stat_sum(m, 'ucmfs_quarantined_total') +
             stat_sum(m, 'ucmfs_checksum_failures_total'))
-
-
-def flip(path, off):
-    with open(path, 'r+b') as f:
-        f.seek(off)
-        b = f.read(1)
-        check(len(b) == 1, 'flip: %s has no byte at %d' % (path, off))
-        f.seek(off)
-        f.write(bytes([b[0] ^ 0x5a]))
 
 
 def stored_size(path):
@@ -170,33 +161,6 @@ class Tmpfs:
         except OSError:
             pass
         return False
-
-
-def try_write(path, data, declare=False):
-    """Write a block (open, [ftruncate to its size,] writes, close); returns None, or
-    (step, errno) of the first step that failed. Nothing is left open."""
-    step = 'open'
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
-    except OSError as e:
-        return step, e.errno
-    err = None
-    try:
-        if declare:
-            step = 'ftruncate'
-            os.ftruncate(fd, len(data))
-        step = 'write'
-        off = 0
-        while off < len(data):
-            off += os.write(fd, data[off:off + MiB])
-    except OSError as e:
-        err = (step, e.errno)
-    try:
-        os.close(fd)
-    except OSError as e:
-        if err is None:
-            err = ('close', e.errno)
-    return err
 
 
 def errtext(err):

@@ -38,8 +38,8 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from compress import kv_bytes, stat_sum
 from ucmtest import (SLOW, KiB, MiB, Mount, case, check, cmd, daemon_bin, daemon_env,
-                     errname, expect_errno, pattern, popen, rand_id, read_file, run, same,
-                     wait_until, write_file)
+                     errname, expect_errno, flip, pattern, popen, rand_id, read_file, run,
+                     same, try_write, wait_until, write_file)
 
 HEADER = 4096
 OFF_TABLE = 128
@@ -137,14 +137,6 @@ def forge_chunk(path, i):
     data[:HEADER] = h
     with open(path, 'wb') as f:
         f.write(data)
-
-
-def flip(path, off):
-    with open(path, 'r+b') as f:
-        f.seek(off)
-        b = f.read(1)
-        f.seek(off)
-        f.write(bytes([b[0] ^ 0x5a]))
 
 
 def quarantine_dir(store):
@@ -270,28 +262,6 @@ def keeps_answering(m, what):
     with open(m.path('.ucm/stats')) as f:
         check('ucmfs_tier_blocks' in f.read(), '%s: /.ucm/stats is incomplete' % what)
     return bid, data
-
-
-def try_write(path, data):
-    """Write a block (open, writes, close); None, or (step, errno) of the first failure."""
-    step = 'open'
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
-    except OSError as e:
-        return step, e.errno
-    err = None
-    try:
-        step = 'write'
-        off = 0
-        while off < len(data):
-            off += os.write(fd, data[off:off + 256 * KiB])
-    except OSError as e:
-        err = (step, e.errno)
-    try:
-        os.close(fd)
-    except OSError as e:
-        err = err or ('close', e.errno)
-    return err
 
 
 def fill(path):
@@ -684,7 +654,7 @@ def test_file_in_place_of_shard():
         check(set(m.blocks()) == set(blocks), 'listing: %s' % m.blocks())
         nb = other_id(shard)
         nd = pattern(200 * KiB, 22)
-        err = try_write(m.path(nb), nd)
+        err = try_write(m.path(nb), nd, chunk=256 * KiB)
         check(err is None, 'a new block in shard %s (a file on disk): %s' % (
             shard, err and '%s failed with %s' % (err[0], errname(err[1]))))
         expect_served(m, nb, nd, 'a new block whose shard directory is a file on disk')
@@ -890,7 +860,7 @@ def timed_write(path, data, limit=5):
     """try_write, and how long it took; a write that takes over `limit` s fails the case (a
     daemon that stalls each write for tens of seconds is as good as hung)."""
     t = time.monotonic()
-    err = try_write(path, data)
+    err = try_write(path, data, chunk=256 * KiB)
     dt = time.monotonic() - t
     check(dt < limit * SLOW, 'a write of %d bytes took %.1fs to %s' % (
         len(data), dt, 'succeed' if err is None else 'fail at %s with %s' % (

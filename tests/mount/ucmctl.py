@@ -11,8 +11,8 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from ucmtest import (KiB, MiB, SLOW, Mount, check, daemon_bin, pattern, popen, rand_id,
-                     read_file, run, wait_until, write_file)
+from ucmtest import (KiB, MiB, SLOW, Mount, check, daemon_bin, flip, pattern, popen,
+                     rand_id, read_file, run, wait_until, write_file)
 
 
 def ucmctl_bin():
@@ -281,14 +281,6 @@ def test_prefetch():
 
 
 # --- verify ------------------------------------------------------------------------------
-
-def flip(path, off):
-    with open(path, 'r+b') as f:
-        f.seek(off)
-        b = f.read(1)
-        f.seek(off)
-        f.write(bytes([b[0] ^ 0x5a]))
-
 
 def flip_payload(path):
     """Flip a byte in the middle of the stored payload of a native block file."""

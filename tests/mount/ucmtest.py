@@ -161,6 +161,43 @@ def read_fd(fd, chunk=MiB, off=0):
         off += len(b)
 
 
+def try_write(path, data, declare=False, chunk=MiB):
+    """Write a block (open, [ftruncate to its size,] writes of chunk bytes, close); returns
+    None, or (step, errno) of the first step that failed. Nothing is left open."""
+    step = 'open'
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
+    except OSError as e:
+        return step, e.errno
+    err = None
+    try:
+        if declare:
+            step = 'ftruncate'
+            os.ftruncate(fd, len(data))
+        step = 'write'
+        off = 0
+        while off < len(data):
+            off += os.write(fd, data[off:off + chunk])
+    except OSError as e:
+        err = (step, e.errno)
+    try:
+        os.close(fd)
+    except OSError as e:
+        if err is None:
+            err = ('close', e.errno)
+    return err
+
+
+def flip(path, off):
+    """Flip the bits of the byte at off of a file (a store's block file, unmounted)."""
+    with open(path, 'r+b') as f:
+        f.seek(off)
+        b = f.read(1)
+        check(len(b) == 1, 'flip: %s has no byte at %d' % (path, off))
+        f.seek(off)
+        f.write(bytes([b[0] ^ 0x5a]))
+
+
 def same(got, want, what):
     """Byte-exact comparison with a useful message."""
     if got == want:
