@@ -130,6 +130,13 @@ static int timed_mount(const char *store, bool drop, double *secs)
 	return rc;
 }
 
+/* A phase over a million files: the watchdog allows it 30 minutes even with --quick. */
+static void long_phase(const char *name)
+{
+	phase_start(name);
+	alarm(R.c.phase_limit < 1800 ? 1800 : R.c.phase_limit);
+}
+
 void run_mount(void)
 {
 	char store[PATH_MAX + 16], data[PATH_MAX + 32], note[128];
@@ -142,8 +149,7 @@ void run_mount(void)
 		fig_skip(&cold, R.c.mnt ? "--mnt: no daemon of its own to mount" : "--mount-blocks 0");
 		goto rows;
 	}
-	phase_start("mount: writing the store");
-	alarm(R.c.phase_limit < 1800 ? 1800 : R.c.phase_limit);
+	long_phase("mount: writing the store");
 	ucm_stop();
 	snprintf(store, sizeof(store), "%s/store-mount", R.tmp);
 	snprintf(data, sizeof(data), "%s/data", store);
@@ -155,8 +161,7 @@ void run_mount(void)
 	snprintf(note, sizeof(note), "%llu blocks of 4K (written in %.0f s)",
 		 (unsigned long long)n, s);
 
-	phase_start("mount: cold");
-	alarm(R.c.phase_limit < 1800 ? 1800 : R.c.phase_limit); /* a million files, cold */
+	long_phase("mount: cold");
 	if (R.can_drop)
 		drop_caches();
 	rc = walk(data, &files, &s);
@@ -171,8 +176,7 @@ void run_mount(void)
 		fig_note(&wcold, "not root: the page cache was not dropped");
 	}
 
-	phase_start("mount: warm");
-	alarm(R.c.phase_limit < 1800 ? 1800 : R.c.phase_limit);
+	long_phase("mount: warm");
 	rc = walk(data, &files, &s);
 	fig_set(&wwarm, rc, s);
 	rc = timed_mount(store, false, &s);
