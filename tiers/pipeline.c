@@ -48,6 +48,7 @@
 
 struct session {
 	struct idnode node;          /* in p->sessions while writers may join */
+	bool listed;                 /* node is in p->sessions; protected by p->lock */
 	int refs;                    /* writers holding it; protected by p->lock */
 	pthread_mutex_t lock;        /* serializes everything below */
 	struct tier_handle *res;     /* the reservation (cache, or below once spilled) */
@@ -359,6 +360,15 @@ static void session_free(struct session *s)
 	free(s);
 }
 
+/* Take s out of p->sessions (p->lock held): no writer joins it any more. */
+static void unlist(struct pipeline *p, struct session *s)
+{
+	if (s->listed) {
+		idmap_remove(&p->sessions, &s->node);
+		s->listed = false;
+	}
+}
+
 static int pipe_reserve(struct tier *t, const struct blockid *id, unsigned flags,
 			uint64_t size_hint, struct tier_handle **out)
 {
@@ -415,6 +425,7 @@ static int pipe_reserve(struct tier *t, const struct blockid *id, unsigned flags
 		free(h);
 		return committed ? -EEXIST : -ENOMEM;
 	}
+	s->listed = true;
 	pthread_mutex_unlock(&p->lock);
 
 	/* joiners wait on s->lock until the reservation exists */
@@ -436,7 +447,7 @@ static int pipe_reserve(struct tier *t, const struct blockid *id, unsigned flags
 		pthread_mutex_unlock(&s->lock);
 		/* leave, and let any writer that joined meanwhile see the error */
 		pthread_mutex_lock(&p->lock);
-		idmap_remove(&p->sessions, &s->node);
+		unlist(p, s);
 		if (--s->refs == 0) {
 			pthread_mutex_unlock(&p->lock);
 			session_free(s);
@@ -592,13 +603,20 @@ static int pipe_commit(struct tier_handle *th, const struct block_meta *meta, un
 	if (flags & TIER_COMMIT_DURABLE)
 		s->durable = true;
 	pthread_mutex_unlock(&s->lock);
-	if (!ok && (flags & TIER_COMMIT_TRY))
+	if (!ok && (flags & TIER_COMMIT_TRY)) {
+		/* the close of the only writer failed: its caller may go on writing through a
+		 * duplicate, but a later open must start afresh, not join what close refused */
+		pthread_mutex_lock(&p->lock);
+		if (s->refs == 1)
+			unlist(p, s);
+		pthread_mutex_unlock(&p->lock);
 		return -EIO;
+	}
 
 	pthread_mutex_lock(&p->lock);
 	last = --s->refs == 0;
-	if (last && s->err == 0)
-		idmap_remove(&p->sessions, &s->node);
+	if (last)
+		unlist(p, s);
 	pthread_mutex_unlock(&p->lock);
 
 	if (last) {
@@ -643,8 +661,8 @@ static void pipe_abort(struct tier_handle *th)
 
 	pthread_mutex_lock(&p->lock);
 	last = --s->refs == 0;
-	if (last && s->err == 0)
-		idmap_remove(&p->sessions, &s->node);
+	if (last)
+		unlist(p, s);
 	pthread_mutex_unlock(&p->lock);
 	if (last)
 		session_free(s);

@@ -173,6 +173,29 @@ def test_killed_writer_leaves_nothing():
         killed_writer(m, MiB, 'none')
 
 
+def test_refused_close_frees_the_id():
+    """A close refused with EIO ends that writer's part even while another process still
+    holds the open file (the kernel releases it only when the last holder closes): a new
+    open starts a new reservation, and its complete close publishes at once."""
+    with Mount() as m:
+        bid = rand_id()
+        fd = os.open(m.path(bid), CREATE)
+        os.ftruncate(fd, 64 * KiB)
+        os.write(fd, pattern(16 * KiB, 1))
+        holder = popen([sys.executable, '-c', 'import sys; sys.stdin.read()'],
+                       stdin=subprocess.PIPE, pass_fds=(fd,))
+        try:
+            expect_errno(errno.EIO, os.close, fd)
+            absent(m, bid, 'a declared block closed with a quarter written')
+            write_file(m.path(bid), pattern(32 * KiB, 2))
+            same(read_file(m.path(bid)), pattern(32 * KiB, 2),
+                 'a block written whole after a refused close, while the old file is held')
+        finally:
+            holder.stdin.close()
+            holder.wait(timeout=60 * SLOW)
+        same(read_file(m.path(bid)), pattern(32 * KiB, 2), 'the block once the holder is gone')
+
+
 if __name__ == '__main__':
     run([test_block_size_short_write, test_block_size_full_write, test_block_size_efbig,
-         test_killed_writer_leaves_nothing])
+         test_killed_writer_leaves_nothing, test_refused_close_frees_the_id])
