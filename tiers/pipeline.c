@@ -567,6 +567,11 @@ static int publish(struct pipeline *p, struct session *s, uint64_t size)
 	 * stripe, so that no dump of an older version lands below in between */
 	pthread_mutex_lock(stripe_of(p, &s->node.id));
 	fresh = p->below->ops->lookup(p->below, &s->node.id, NULL) != 0;
+	/* the version it replaces below expires with it: if this one expires before its dump
+	 * (which then drops it), the older bytes must not come back */
+	if (!fresh && m.deadline &&
+	    p->below->ops->set_deadline(p->below, &s->node.id, m.deadline) != 0)
+		p->below->ops->remove(p->below, &s->node.id);
 	rc = p->cache->ops->commit(res, &m, TIER_COMMIT_DIRTY | (fresh ? TIER_COMMIT_FRESH : 0),
 				   &rd);
 	pthread_mutex_unlock(stripe_of(p, &s->node.id));

@@ -105,6 +105,29 @@ def test_ttl():
         expiring(m, bid, t, 300, 'ttl 300 set before close')
 
 
+def test_expired_replacement():
+    """A replacement that expires before it reaches the disk takes the version it replaced
+    with it: the old bytes never come back, now or after a remount."""
+    with Mount() as m:
+        bid = new_block(m, seed=6)
+        fd = os.open(m.path(bid), os.O_RDONLY)
+        os.fsync(fd)                        # the old version is on disk
+        os.close(fd)
+        for i in range(32):                 # a queue of disk writes ahead of the new one
+            new_block(m, 4 * MiB, seed=10 + i)
+        fd = os.open(m.path(bid), os.O_WRONLY | os.O_TRUNC)
+        try:
+            os.write(fd, pattern(MiB, 7))
+            t = time.monotonic()
+            os.setxattr(fd, TTL, b'1')
+        finally:
+            os.close(fd)
+        time.sleep(max(0, t + 0.05 - time.monotonic()))
+        gone(m, bid, 'a replacement with ttl 1 ms, 50 ms later')
+        m.remount()
+        gone(m, bid, 'a replacement with ttl 1 ms, after a remount')
+
+
 def test_default_ttl_option():
     with Mount('ttl=300ms') as m:
         t = time.monotonic()
@@ -182,4 +205,4 @@ def test_xattr_errors():
 
 
 if __name__ == '__main__':
-    run([test_ttl, test_default_ttl_option, test_tier_and_other_attrs, test_xattr_errors])
+    run([test_ttl, test_expired_replacement, test_default_ttl_option, test_tier_and_other_attrs, test_xattr_errors])
