@@ -73,17 +73,20 @@ int fs_block_stat(struct ucmfs *fs, struct inode *ino, struct fh *fh, struct sta
 		attr_to_stat(fs, ino, &a, st);
 		return 0;
 	}
+	/* fstat() carries no file handle: a node bound to a version answers for that version's
+	 * readers even while a writer replacing it shares the node (until the writer's
+	 * RELEASE); only a node that never showed a committed version is a reservation's */
+	if (itable_snapshot(fs->itab, ino, st) == 0) {
+		/* a version that was replaced or removed: its attributes, with no name left */
+		st->st_nlink = 0;
+		return 0;
+	}
 	if (itable_resv_size(fs->itab, ino, &size) == 0) {
 		/* only a reservation: what its writers see with fstat() */
 		block_stat_common(fs, ino, st);
 		st->st_size = (off_t)size;
 		clock_gettime(CLOCK_REALTIME, &st->st_mtim);
 		st->st_atim = st->st_ctim = st->st_mtim;
-		return 0;
-	}
-	if (itable_snapshot(fs->itab, ino, st) == 0) {
-		/* a version that was replaced or removed: its attributes, with no name left */
-		st->st_nlink = 0;
 		return 0;
 	}
 	return -ENOENT;
@@ -285,6 +288,8 @@ static void fh_free(struct ucmfs *fs, struct fh *fh)
 	if (fh->inode) {
 		if (fh->kind == FH_WRITE)
 			itable_del_writer(fs->itab, fh->inode);
+		else if (fh->kind == FH_READ && fh->counted)
+			itable_del_reader(fs->itab, fh->inode, !fh->uncached);
 		itable_put(fs->itab, fh->inode);
 	}
 	pthread_mutex_destroy(&fh->lock);
@@ -297,44 +302,62 @@ static bool wants_write(int flags)
 	return (flags & O_ACCMODE) != O_RDONLY;
 }
 
-/* Open a block for reading (pin) or writing (reserve). 0 or -errno; *out on success. */
+/*
+ * Open a block for reading (pin) or writing (reserve). 0 or -errno; *out on success.
+ * -ESTALE: a writer asked for a node that readers use through the page cache; the node was
+ * detached, and a new lookup of the name gives one of its own (the kernel retries by itself).
+ */
 static int open_block(struct ucmfs *fs, struct inode *ino, int flags, struct fh **out)
 {
 	struct fh *fh = fh_new(wants_write(flags) ? FH_WRITE : FH_READ, ino, flags);
 	unsigned rf = 0;
 	struct block_attr a;
-	uint64_t size = 0;
 	int rc;
 
 	if (!fh)
 		return -ENOMEM;
 	if (fh->kind == FH_READ) {
 		rc = fs->pipe->ops->open(fs->pipe, &ino->node.id, 0, &fh->h);
-		if (rc == 0 && fs->pipe->ops->stat(fh->h, &a) == 0) {
+		if (rc == 0)
+			rc = fs->pipe->ops->stat(fh->h, &a);
+		if (rc == 0) {
 			struct stat st;
 
 			attr_to_stat(fs, ino, &a, &st);
-			/* a node id bound to an older version (replaced since the lookup) must not
-			 * get this version's pages in its cache: such a reader reads direct */
-			fh->uncached = !itable_bind(fs->itab, ino, a.mtime, &st);
-			fh->size = a.size;
+			/* a node shared with writers reads direct (their writes move its size); one
+			 * that shows others an older version is not shared (-ESTALE) */
+			rc = itable_add_reader(fs->itab, ino, a.mtime, &st);
+			if (rc >= 0) {
+				fh->counted = true;
+				fh->uncached = rc == READ_DIRECT;
+				fh->purge = rc == READ_PURGE;
+				fh->size = a.size;
+				rc = 0;
+			} else {
+				tier_close(fh->h);
+			}
+		} else if (fh->h) {
+			tier_close(fh->h);
 		}
 	} else {
 		if (flags & O_EXCL)
 			rf |= TIER_RESERVE_EXCL;
 		if (flags & O_TRUNC)
 			rf |= TIER_RESERVE_TRUNC;
-		rc = fs->pipe->ops->reserve(fs->pipe, &ino->node.id, rf, 0, &fh->h);
-		if (rc == 0 && fs->pipe->ops->stat(fh->h, &a) == 0)
-			size = a.size;
+		rc = itable_add_writer(fs->itab, ino);
+		if (rc == 0) {
+			rc = fs->pipe->ops->reserve(fs->pipe, &ino->node.id, rf, 0, &fh->h);
+			if (rc)
+				itable_del_writer(fs->itab, ino);
+			else if (fs->pipe->ops->stat(fh->h, &a) == 0)
+				itable_resv_grow(fs->itab, ino, a.size);
+		}
 	}
 	if (rc) {
 		fh->inode = NULL;
 		fh_free(fs, fh);
 		return rc;
 	}
-	if (fh->kind == FH_WRITE)
-		itable_add_writer(fs->itab, ino, size);
 	*out = fh;
 	return 0;
 }
@@ -363,7 +386,7 @@ static void op_open(fuse_req_t req, fuse_ino_t nid, struct fuse_file_info *fi)
 	}
 	fi->fh = (uintptr_t)fh;
 	/* a node id shows one immutable version: its cached pages stay valid across opens */
-	fi->keep_cache = fh->kind == FH_READ && !fh->uncached;
+	fi->keep_cache = fh->kind == FH_READ && !fh->uncached && !fh->purge;
 	fi->noflush = fh->kind != FH_WRITE; /* only a writer's close commits anything */
 	/* writes go straight to the reservation, never into the page cache of a version that
 	 * readers may hold; a query file's contents change under other descriptors */
@@ -420,16 +443,21 @@ static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_
 	}
 	if (fs->pipe->ops->lookup(fs->pipe, &id, NULL))
 		itable_detach(fs->itab, &id); /* a new block: never the node id of a gone one */
-	ino = itable_get(fs->itab, &id, false);
-	if (!ino) {
-		fuse_reply_err(req, ENOMEM);
-		return;
-	}
-	rc = open_block(fs, ino, fi->flags | O_CREAT, &fh);
-	if (rc) {
+	/* a replacement by create chooses its node: one that page-cache readers do not use */
+	for (int tries = 0;; tries++) {
+		ino = itable_get(fs->itab, &id, false);
+		if (!ino) {
+			fuse_reply_err(req, ENOMEM);
+			return;
+		}
+		rc = open_block(fs, ino, fi->flags | O_CREAT, &fh);
+		if (rc == 0)
+			break;
 		itable_put(fs->itab, ino);
-		fuse_reply_err(req, -rc);
-		return;
+		if (rc != -ESTALE || tries == 2) {
+			fuse_reply_err(req, -rc);
+			return;
+		}
 	}
 	/* the kernel now holds a lookup on the inode as well */
 	itable_ref(fs->itab, ino, true);

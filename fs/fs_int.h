@@ -40,7 +40,10 @@ struct fh {
 	struct tier_handle *h;           /* FH_READ: pinned version; FH_WRITE: the reservation,
 					    NULL once committed (a later write starts another) */
 	int open_flags;
-	bool uncached;                   /* FH_READ of a newer version than its node id shows */
+	bool counted;                    /* FH_READ: counted by itable_add_reader() */
+	bool uncached;                   /* FH_READ not through the page cache (writers share
+					    its node) */
+	bool purge;                      /* FH_READ: the node's older pages go at open */
 	uint64_t size;                   /* FH_READ: the version's size (immutable) */
 	pthread_mutex_t lock;            /* FH_WRITE: serializes h changes */
 	char *text;                      /* FH_CTL: the file's contents at open */

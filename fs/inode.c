@@ -131,18 +131,47 @@ struct inode *itable_get_version(struct itable *t, const struct blockid *id, int
 	return ino;
 }
 
-bool itable_bind(struct itable *t, struct inode *ino, int64_t version, const struct stat *st)
+int itable_add_reader(struct itable *t, struct inode *ino, int64_t version,
+		      const struct stat *st)
 {
-	bool ok;
+	int rc;
 
 	pthread_mutex_lock(&t->lock);
+	if (ino->version && ino->version != version) {
+		if (ino->readers || ino->writers) {
+			/* shown to others as the version they opened: a node of its own */
+			detach_locked(t, ino);
+			pthread_mutex_unlock(&t->lock);
+			return -ESTALE;
+		}
+		/* nobody holds the older version open: the node shows this one from now on,
+		 * once the older pages are dropped */
+		ino->version = 0;
+		ino->purge = true;
+	}
 	if (!ino->version) {
 		ino->version = version;
 		ino->snap = *st;
 	}
-	ok = ino->version == version;
+	ino->readers++;
+	if (ino->writers || ino->writer_due) {
+		rc = READ_DIRECT;
+	} else {
+		ino->cached_readers++;
+		rc = ino->purge ? READ_PURGE : READ_CACHED;
+		ino->purge = false;
+	}
 	pthread_mutex_unlock(&t->lock);
-	return ok;
+	return rc;
+}
+
+void itable_del_reader(struct itable *t, struct inode *ino, bool cached)
+{
+	pthread_mutex_lock(&t->lock);
+	ino->readers--;
+	if (cached)
+		ino->cached_readers--;
+	pthread_mutex_unlock(&t->lock);
 }
 
 void itable_detach(struct itable *t, const struct blockid *id)
@@ -183,12 +212,27 @@ void itable_put(struct itable *t, struct inode *ino)
 	pthread_mutex_unlock(&t->lock);
 }
 
-void itable_add_writer(struct itable *t, struct inode *ino, uint64_t size)
+int itable_add_writer(struct itable *t, struct inode *ino)
 {
+	int rc = 0;
+
 	pthread_mutex_lock(&t->lock);
-	if (ino->writers++ == 0 || size > ino->resv_size)
-		ino->resv_size = size;
+	if (ino->cached_readers) {
+		/* new lookups get another node, the readers keep this one to themselves; readers
+		 * opening the new one before this writer's retry does read direct */
+		struct inode *fresh;
+
+		detach_locked(t, ino);
+		fresh = current_locked(t, &ino->node.id);
+		if (fresh)
+			fresh->writer_due = true;
+		rc = -ESTALE;
+	} else if (ino->writers++ == 0) {
+		ino->resv_size = 0;
+		ino->writer_due = false;
+	}
 	pthread_mutex_unlock(&t->lock);
+	return rc;
 }
 
 void itable_del_writer(struct itable *t, struct inode *ino)

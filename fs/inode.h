@@ -7,6 +7,14 @@
  * two versions: readers of the old version keep their node id (and its page cache) until
  * they close, new opens get the new one. An unlink detaches the inode too.
  *
+ * A node id's size in the kernel is one number for every open file of it (and what fstat()
+ * shows, as it carries no file handle), and a writer's writes move it. So a writer never
+ * shares a node with readers that the page cache serves, and a reader never shares one with
+ * readers of another version: an open that would detaches the node and fails -ESTALE, and
+ * the kernel looks the name up again, which gives a fresh node. A reader opening a node with
+ * writers (or made for a writer's retry) reads direct. A node nobody holds open takes the newer version a reader opened,
+ * after its pages are dropped.
+ *
  * A block's node id is the address of its `struct inode`, which lives while the kernel holds
  * lookups on it (nlookup) or the daemon holds references (open handles). The small node ids
  * below NID_FIRST_BLOCK name the fixed files of the namespace.
@@ -42,6 +50,11 @@ struct inode {
 	uint64_t refs;          /* daemon references; protected by the table lock */
 	uint64_t st_ino;        /* stable inode number shown to users */
 	uint32_t writers;       /* open write handles; protected by the table lock */
+	uint32_t readers;       /* open read handles; protected by the table lock */
+	uint32_t cached_readers; /* those served from the page cache; table lock */
+	bool purge;             /* its pages are an older version's; table lock */
+	bool writer_due;        /* made for a writer told -ESTALE: readers read direct until
+				   a writer opens it; table lock */
 	uint64_t resv_size;     /* size of the reservation they share; protected by the lock */
 	int64_t version;        /* commit time of the version shown, 0 if not bound yet */
 	struct stat snap;       /* that version's attributes, for after it is gone */
@@ -61,8 +74,17 @@ struct inode *itable_get(struct itable *t, const struct blockid *id, bool kernel
 struct inode *itable_get_version(struct itable *t, const struct blockid *id, int64_t version,
 				 const struct stat *st, bool kernel);
 
-/* Bind ino to `version` if it is not bound yet. Returns true if ino shows that version. */
-bool itable_bind(struct itable *t, struct inode *ino, int64_t version, const struct stat *st);
+/* What a reader opening a version through a node gets (itable_add_reader()). */
+enum { READ_DIRECT = 0, READ_CACHED = 1, READ_PURGE = 2 };
+
+/* A reader opens the committed version `version` (attributes st) through ino, binding ino to
+ * it if ino is not bound yet. READ_CACHED: the reader may use the page cache; READ_PURGE:
+ * also, after the node's pages are dropped; READ_DIRECT: not (writers share the node);
+ * -ESTALE: ino shows another version to others, and was detached. Counted until
+ * itable_del_reader() (cached: not READ_DIRECT). */
+int itable_add_reader(struct itable *t, struct inode *ino, int64_t version,
+		      const struct stat *st);
+void itable_del_reader(struct itable *t, struct inode *ino, bool cached);
 
 /* Make the id's current inode non-current (unlink, or a version that is gone). */
 void itable_detach(struct itable *t, const struct blockid *id);
@@ -73,8 +95,9 @@ void itable_ref(struct itable *t, struct inode *ino, bool kernel);
 void itable_forget(struct itable *t, struct inode *ino, uint64_t n);
 void itable_put(struct itable *t, struct inode *ino);
 
-/* Writers: the attributes of a block that exists only as a reservation. */
-void itable_add_writer(struct itable *t, struct inode *ino, uint64_t size);
+/* Writers: the attributes of a block that exists only as a reservation. add_writer fails
+ * -ESTALE, detaching ino, if readers use its page cache. */
+int itable_add_writer(struct itable *t, struct inode *ino);
 void itable_del_writer(struct itable *t, struct inode *ino);
 /* Record the reservation's size after a write (grow to end) or a truncate (set). */
 void itable_resv_grow(struct itable *t, struct inode *ino, uint64_t end);

@@ -265,7 +265,6 @@ class Session:
         self.declared = None
         self.modified = not committed or trunc
         self.refs = 1
-        self.write_err = 0
         self.durable = False
         self.ttl = None             # ms or None
 
@@ -293,8 +292,6 @@ class Session:
 
     def complete(self, block_size):
         n = self.size()
-        if self.write_err:
-            return False
         if block_size and n != block_size:
             return False
         return len(self.mask) == n and 0 not in self.mask
@@ -639,8 +636,9 @@ class Executor:
             got, err = attempt(os.pwrite, fd, data, off)
             what = 'pwrite(%s, %d bytes at %d)' % (bid, n, off)
             if off + n > self.cfg['limit']:
+                # ucmfs(8): refused whole, like a write past RLIMIT_FSIZE; the reservation
+                # stays as it was and may still commit
                 self.want_err(err, errno.EFBIG, what)
-                s.write_err = errno.EFBIG
                 return
             self.want_err(err, 0, what)
             if got != n:
@@ -674,8 +672,6 @@ class Executor:
             if ms is not None:
                 s.ttl = ms or None
         elif kind == 'rb':
-            if s.write_err:
-                return
             want = s.image()
             got, err = attempt(pread_full, fd, len(want) + 4096, 0)
             self.want_err(err, 0, 'pread of an O_RDWR writer of %s' % bid)
@@ -711,10 +707,7 @@ class Executor:
         what = 'close of a writer of %s (%s%d bytes%s%s)' % (
             bid, 'declared, ' if s.declared is not None else '', s.size(),
             '' if ok else ', incomplete', ', %d writer(s) left' % s.refs if s.refs else '')
-        if s.write_err:
-            self.want_err(err, (errno.EIO, s.write_err), what + ' after a failed write')
-        else:
-            self.want_err(err, 0 if ok else errno.EIO, what)
+        self.want_err(err, 0 if ok else errno.EIO, what)
         self.inflight = None
         if err and self.settle:
             time.sleep(0.1)     # --without eio-reuse: let the kernel's RELEASE arrive

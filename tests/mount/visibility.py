@@ -3,11 +3,12 @@
 (DESIGN.md section 3)."""
 import errno
 import os
+import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from ucmtest import (KiB, MiB, Mount, Peer, check, cmd, crc, expect_errno, pattern, rand_id,
-                     read_fd, read_file, run, same, write_file)
+from ucmtest import (KiB, MiB, Mount, Peer, check, cmd, crc, expect_errno, pattern, popen,
+                     rand_id, read_fd, read_file, run, same, write_file)
 
 # another process looking at a name: prints ENOENT, or the size and crc of what it read
 PEEK = r'''
@@ -204,8 +205,44 @@ def test_replace_interleaved_readers():
         check(peek(m.path(bid)) == crc(new), 'another process after both closed')
 
 
+def test_replace_reader_fstat():
+    """fstat of a reader opened before a replacement shows the version it reads, while the
+    writer is at work and after its close committed (the writer's open file still held
+    by another process, so the kernel has not released it)."""
+    with Mount() as m:
+        bid = rand_id()
+        old, new = pattern(300 * KiB + 3, 11), pattern(700 * KiB + 1, 12)
+        write_file(m.path(bid), old)
+        r1 = os.open(m.path(bid), os.O_RDONLY)
+        try:
+            same(read_fd(r1), old, 'reader before the replacement')
+            w = os.open(m.path(bid), os.O_RDWR | os.O_TRUNC)
+            os.write(w, new)
+            holder = popen([sys.executable, '-c', 'import sys; sys.stdin.read()'],
+                           stdin=subprocess.PIPE, pass_fds=(w,))
+            try:
+                check(os.fstat(r1).st_size == len(old),
+                      'fstat of the old reader while the replacement is written: %d' %
+                      os.fstat(r1).st_size)
+                same(read_fd(r1), old, 'the old reader while the replacement is written')
+                os.close(w)
+                check(os.fstat(r1).st_size == len(old),
+                      'fstat of the old reader after the replacement committed: %d' %
+                      os.fstat(r1).st_size)
+                same(read_fd(r1), old, 'the old reader after the replacement committed')
+                check(os.stat(m.path(bid)).st_size == len(new), 'stat of the name after it')
+            finally:
+                holder.stdin.close()
+                holder.wait(timeout=60)
+            check(os.fstat(r1).st_size == len(old), 'fstat of the old reader at the end')
+            same(read_fd(r1), old, 'the old reader at the end')
+        finally:
+            os.close(r1)
+        same(read_file(m.path(bid)), new, 'the new version')
+
+
 if __name__ == '__main__':
     run([test_reservation_invisible, test_reservation_invisible_across_fork,
          test_unlink_while_reading,
          test_unlink_then_recreate_while_reading, test_replace,
-         test_replace_interleaved_readers])
+         test_replace_interleaved_readers, test_replace_reader_fstat])
