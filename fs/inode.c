@@ -220,9 +220,13 @@ int itable_add_writer(struct itable *t, struct inode *ino)
 	if (ino->cached_readers) {
 		/* new lookups get another node, the readers keep this one to themselves; readers
 		 * opening the new one before this writer's retry does read direct */
+		struct idnode *n = idmap_find(&t->map, &ino->node.id);
 		struct inode *fresh;
 
 		detach_locked(t, ino);
+		/* ino may be an older node: the current one must not send the retry back here */
+		if (n && INODE(n)->cached_readers)
+			detach_locked(t, INODE(n));
 		fresh = current_locked(t, &ino->node.id);
 		if (fresh)
 			fresh->writer_due = true;

@@ -244,14 +244,21 @@ static bool index_drop(struct posix *p, const struct blockid *id, uint64_t ino)
 
 static uint64_t capacity_now(struct posix *p, uint64_t used);
 
-/* Delete the files of blocks taken out of the index. */
+/*
+ * Delete the files of blocks taken out of the index (expired or evicted), each only if no
+ * newer version of its id was published since: a commit renames its file into place under
+ * p->lock, so checking the index and unlinking under it never deletes a new version's file.
+ */
 static void unlink_blocks(struct posix *p, const struct blockid *ids, int n)
 {
 	for (int i = 0; i < n; i++) {
 		char path[PATH_MAX];
 
 		block_path(p, &ids[i], path, sizeof(path));
-		unlink(path);
+		pthread_mutex_lock(&p->lock);
+		if (!idmap_find(&p->map, &ids[i]))
+			unlink(path);
+		pthread_mutex_unlock(&p->lock);
 	}
 }
 
@@ -1040,15 +1047,6 @@ static int posix_commit(struct tier_handle *th, const struct block_meta *meta, u
 		goto err_io;
 	}
 	block_path(p, &h->id, path, sizeof(path));
-	if (rename(h->tmp, path)) {
-		rc = -errno;
-		goto err_io;
-	}
-	h->tmp[0] = '\0';
-	if (durable) {
-		shard_path(p, &h->id, dir, sizeof(dir));
-		fsync_dir(dir);
-	}
 	e->node.id = h->id;
 	e->size = meta->size;
 	e->stored = stored;
@@ -1058,9 +1056,21 @@ static int posix_commit(struct tier_handle *th, const struct block_meta *meta, u
 	e->atime = wall_ns();
 	e->deadline = meta->deadline;
 	e->codec = codec;
+	/* the rename and the index entry together: unlink_blocks() of an older version taken
+	 * out of the index (expiry, eviction) never deletes this file */
 	pthread_mutex_lock(&p->lock);
+	if (rename(h->tmp, path)) {
+		rc = -errno;
+		pthread_mutex_unlock(&p->lock);
+		goto err_io;
+	}
 	index_put(p, e);
 	pthread_mutex_unlock(&p->lock);
+	h->tmp[0] = '\0';
+	if (durable) {
+		shard_path(p, &h->id, dir, sizeof(dir));
+		fsync_dir(dir);
+	}
 	if (rd && posix_open(&p->tier, &h->id, 0, rd))
 		*rd = NULL; /* published; the caller reopens if it still wants it */
 	free_handle(h);
