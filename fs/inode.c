@@ -49,10 +49,12 @@ static void take(struct inode *ino, bool kernel)
 		ino->refs++;
 }
 
-/* Free ino if nothing refers to it any more; t->lock held. */
+/* Free ino if nothing refers to it any more; t->lock held. A current node kept for a writer
+ * told -ESTALE stays, so that the kernel's retry finds it even if its first lookup of it was
+ * forgotten at once (the kernel does that when a revalidation finds a new node). */
 static void maybe_free(struct itable *t, struct inode *ino)
 {
-	if (ino->nlookup == 0 && ino->refs == 0) {
+	if (ino->nlookup == 0 && ino->refs == 0 && !(ino->current && ino->writer_due)) {
 		if (ino->current)
 			idmap_remove(&t->map, &ino->node);
 		ino->prev->next = ino->next;
