@@ -85,6 +85,8 @@ def test_py_roundtrip():
         c.put(bid3, grid)
         check(c.get(bid3) == grid.tobytes(), '2-d memoryview round trip')
         # ids as hex strings too; info()
+        # (a get's descriptor is released just after it returns: its pin goes soon after)
+        wait_until(lambda: c.info(bid.hex()).pins == 0, 5)
         info = c.info(bid.hex())
         check(info.size == 5 and info.ttl_ms is None and info.pins == 0 and
               info.tier.startswith('mem') and info.codec, 'info: %r' % (info,))
