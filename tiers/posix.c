@@ -49,6 +49,7 @@
 #include "tiers/posix_header.h"
 
 #define TEMP_MARK ".tmp"
+#define WILLNEED_MIN (256u << 10) /* stored bytes from which an open reads ahead all */
 #define FOREIGN_TEMP_AGE_S 3600
 #define VERIFY_CHUNK (1u << 20)
 
@@ -562,6 +563,10 @@ static int posix_open(struct tier *t, const struct blockid *id, unsigned flags,
 		goto err;
 	}
 	h->size = h->hdr->stored_size; /* reads address the stored payload */
+	/* a block is read whole and in order: have the kernel queue all of it at once rather
+	 * than a readahead window at a time, so the disk sees a deep queue */
+	if (h->size >= WILLNEED_MIN)
+		posix_fadvise(h->fd, (off_t)h->payload, (off_t)h->size, POSIX_FADV_WILLNEED);
 	if (h->hdr->nchunks) {
 		h->coff = malloc((h->hdr->nchunks + 1) * sizeof(*h->coff));
 		h->ctab = malloc(h->hdr->nchunks * sizeof(*h->ctab));
