@@ -270,7 +270,8 @@ static void unlink_blocks(struct posix *p, const struct blockid *ids, int n)
 static int take_expired(struct posix *p, int64_t now, struct blockid *ids, int max,
 			uint64_t *freed, uint64_t want)
 {
-	int n = 0;
+	struct dl_entry again[64];
+	int n = 0, nagain = 0;
 
 	while (n < max && *freed < want && dlheap_top(&p->deadlines) &&
 	       dlheap_top(&p->deadlines)->deadline <= now) {
@@ -279,13 +280,21 @@ static int take_expired(struct posix *p, int64_t now, struct blockid *ids, int m
 
 		dlheap_pop(&p->deadlines);
 		x = idmap_find(&p->map, &d.id);
-		if (!x || PE(x)->deadline != d.deadline || PE(x)->opens)
-			continue; /* stale, or still read: removed when found again later */
+		if (!x || PE(x)->deadline != d.deadline)
+			continue; /* stale */
+		if (PE(x)->opens) {
+			/* still read: tried again by the next sweep (beyond these, when found) */
+			if (nagain < (int)(sizeof(again) / sizeof(again[0])))
+				again[nagain++] = d;
+			continue;
+		}
 		*freed += PE(x)->phys;
 		ids[n++] = d.id;
 		counter_add(&p->expirations, 1);
 		index_del(p, PE(x));
 	}
+	for (int i = 0; i < nagain; i++)
+		dlheap_push(&p->deadlines, again[i].deadline, &again[i].id);
 	return n;
 }
 

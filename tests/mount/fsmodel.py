@@ -431,8 +431,10 @@ class Executor:
         """The daemon died during the op: the change it was making (self.inflight: id, the
         version or None it would leave, when the call started) may or may not have happened."""
         if self.inflight:
-            bid, ver, t0 = self.inflight
+            bid, ver, t0 = self.inflight[:3]
             self.possible[bid].append(None if ver is None else ver.key())
+            if self.inflight[3:] == (True,):
+                self.possible[bid].append(None)
             self.hist.append([bid, t0, now(), None if ver is None else ver.key()])
             self.cur[bid] = ver     # a guess; after_remount() finds out which it is
 
@@ -701,7 +703,8 @@ class Executor:
         s.refs -= 1
         t0 = now()
         if ok and s.modified and not s.refs:
-            self.inflight = (bid, Ver(bytes(s.buf)), t0)
+            # a TTL of a few ms may run out before a kill: then the block is absent
+            self.inflight = (bid, Ver(bytes(s.buf)), t0, bool(s.ttl and s.ttl < 1000))
         _, err = attempt(os.close, fd)
         t1 = now()
         what = 'close of a writer of %s (%s%d bytes%s%s)' % (
