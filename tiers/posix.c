@@ -60,6 +60,7 @@ struct pentry {
 	int64_t mtime, atime, deadline;
 	uint32_t codec;
 	uint32_t opens;             /* read handles on this version: never evicted */
+	bool expired_held;          /* expired, kept for its readers: not counted as a block */
 };
 
 struct posix {
@@ -77,6 +78,7 @@ struct posix {
 	struct pentry lru;       /* recency list sentinel; protected by lock */
 	struct dlheap deadlines; /* TTL index (stale entries skipped); protected by lock */
 	uint64_t phys_used;      /* protected by lock */
+	uint64_t expired_held;   /* entries expired_held; protected by lock */
 	uint64_t pending;        /* room promised to open reservations; protected by lock */
 	atomic_uint_fast64_t quarantined, temp_removed, skipped;
 	counter_t hits, misses, bytes_read, bytes_written, expirations, checksum_failures;
@@ -209,6 +211,7 @@ static void lru_touch(struct posix *p, struct pentry *e)
 static void index_del(struct posix *p, struct pentry *e)
 {
 	p->phys_used -= e->phys;
+	p->expired_held -= e->expired_held;
 	idmap_remove(&p->map, &e->node);
 	lru_unlink(e);
 	free(e);
@@ -283,7 +286,12 @@ static int take_expired(struct posix *p, int64_t now, struct blockid *ids, int m
 		if (!x || PE(x)->deadline != d.deadline)
 			continue; /* stale */
 		if (PE(x)->opens) {
-			/* still read: tried again by the next sweep (beyond these, when found) */
+			/* still read: no longer a block for statfs, and tried again by the next
+			 * sweep (beyond these, when found) */
+			if (!PE(x)->expired_held) {
+				PE(x)->expired_held = true;
+				p->expired_held++;
+			}
 			if (nagain < (int)(sizeof(again) / sizeof(again[0])))
 				again[nagain++] = d;
 			continue;
@@ -1293,7 +1301,7 @@ static int posix_usage(struct tier *t, struct tier_usage *u)
 
 	pthread_mutex_lock(&p->lock);
 	u->used = p->phys_used;
-	u->blocks = p->map.count;
+	u->blocks = p->map.count - p->expired_held;
 	pthread_mutex_unlock(&p->lock);
 	if (statvfs(p->data, &sv))
 		memset(&sv, 0, sizeof(sv));
