@@ -8,8 +8,8 @@ import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from ucmtest import (KiB, MiB, SLOW, Mount, check, expect_errno, pattern, popen, rand_id,
-                     read_file, run, same, wait_until, write_file)
+from ucmtest import (KiB, MiB, SLOW, Mount, check, expect_errno, held_elsewhere, pattern,
+                     popen, rand_id, read_file, run, same, wait_until, write_file)
 
 CREATE = os.O_WRONLY | os.O_CREAT
 
@@ -182,17 +182,12 @@ def test_refused_close_frees_the_id():
         fd = os.open(m.path(bid), CREATE)
         os.ftruncate(fd, 64 * KiB)
         os.write(fd, pattern(16 * KiB, 1))
-        holder = popen([sys.executable, '-c', 'import sys; sys.stdin.read()'],
-                       stdin=subprocess.PIPE, pass_fds=(fd,))
-        try:
+        with held_elsewhere(fd):
             expect_errno(errno.EIO, os.close, fd)
             absent(m, bid, 'a declared block closed with a quarter written')
             write_file(m.path(bid), pattern(32 * KiB, 2))
             same(read_file(m.path(bid)), pattern(32 * KiB, 2),
                  'a block written whole after a refused close, while the old file is held')
-        finally:
-            holder.stdin.close()
-            holder.wait(timeout=60 * SLOW)
         same(read_file(m.path(bid)), pattern(32 * KiB, 2), 'the block once the holder is gone')
 
 

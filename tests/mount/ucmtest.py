@@ -16,6 +16,7 @@ Environment: UCMFS_BIN (the daemon; default: the build directory's ucmfs), UCMFS
 each case's temporary directory: STORE and daemon logs).
 Run one case: python3 tests/mount/basic.py touch
 """
+import contextlib
 import errno
 import os
 import random
@@ -119,6 +120,19 @@ def popen(args, **kw):
     p = subprocess.Popen(args, **kw)
     _live_procs.append(p)
     return p
+
+
+@contextlib.contextmanager
+def held_elsewhere(fd):
+    """Another process holds the open file of fd for the duration of the with block, so
+    the kernel does not release it when this process closes fd."""
+    holder = popen([sys.executable, '-c', 'import sys; sys.stdin.read()'],
+                   stdin=subprocess.PIPE, pass_fds=(fd,))
+    try:
+        yield
+    finally:
+        holder.stdin.close()
+        holder.wait(timeout=60 * SLOW)
 
 
 def write_file(path, data, chunk=MiB, flags=os.O_WRONLY | os.O_CREAT, fsync=False):

@@ -3,12 +3,11 @@
 (DESIGN.md section 3)."""
 import errno
 import os
-import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from ucmtest import (KiB, MiB, Mount, Peer, check, cmd, crc, expect_errno, pattern, popen,
-                     rand_id, read_fd, read_file, run, same, write_file)
+from ucmtest import (KiB, MiB, Mount, Peer, check, cmd, crc, expect_errno, held_elsewhere,
+                     pattern, rand_id, read_fd, read_file, run, same, write_file)
 
 # another process looking at a name: prints ENOENT, or the size and crc of what it read
 PEEK = r'''
@@ -218,9 +217,7 @@ def test_replace_reader_fstat():
             same(read_fd(r1), old, 'reader before the replacement')
             w = os.open(m.path(bid), os.O_RDWR | os.O_TRUNC)
             os.write(w, new)
-            holder = popen([sys.executable, '-c', 'import sys; sys.stdin.read()'],
-                           stdin=subprocess.PIPE, pass_fds=(w,))
-            try:
+            with held_elsewhere(w):
                 check(os.fstat(r1).st_size == len(old),
                       'fstat of the old reader while the replacement is written: %d' %
                       os.fstat(r1).st_size)
@@ -231,9 +228,6 @@ def test_replace_reader_fstat():
                       os.fstat(r1).st_size)
                 same(read_fd(r1), old, 'the old reader after the replacement committed')
                 check(os.stat(m.path(bid)).st_size == len(new), 'stat of the name after it')
-            finally:
-                holder.stdin.close()
-                holder.wait(timeout=60)
             check(os.fstat(r1).st_size == len(old), 'fstat of the old reader at the end')
             same(read_fd(r1), old, 'the old reader at the end')
         finally:
