@@ -429,11 +429,12 @@ class Executor:
 
     def interrupted(self):
         """The daemon died during the op: the change it was making (self.inflight: id, the
-        version or None it would leave, when the call started) may or may not have happened."""
+        version or None it would leave, when the call started, whether that version may have
+        expired already) may or may not have happened."""
         if self.inflight:
-            bid, ver, t0 = self.inflight[:3]
+            bid, ver, t0, may_expire = self.inflight
             self.possible[bid].append(None if ver is None else ver.key())
-            if self.inflight[3:] == (True,):
+            if may_expire:
                 self.possible[bid].append(None)
             self.hist.append([bid, t0, now(), None if ver is None else ver.key()])
             self.cur[bid] = ver     # a guess; after_remount() finds out which it is
@@ -774,7 +775,7 @@ class Executor:
     def op_unlink(self, op):
         bid = op['id']
         t0 = now()
-        self.inflight = (bid, None, t0)
+        self.inflight = (bid, None, t0, False)
         _, err = attempt(os.unlink, self.path(bid))
         t1 = now()
         ver = self.alive(bid)
@@ -878,7 +879,7 @@ class Executor:
             return
         ms = 0 if value is None else ttl_ms(value)
         if ms and ms < 1000:
-            self.inflight = (bid, None, t0)
+            self.inflight = (bid, None, t0, False)
         self.want_err(err, errno.EINVAL if ms is None else 0, what)
         self.inflight = None
         if ms is None:
