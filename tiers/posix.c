@@ -12,10 +12,11 @@
  * (layout=ucm first tries UCM's own "<hex>.tmp"); commit writes the header, optionally
  * fdatasyncs, and renames it over the final name, so a block file is always whole. At start,
  * temp files of this host are deleted (the store lock guarantees their writer is gone), and
- * other hosts' temp files once they are an hour old.
+ * other hosts' temp files once they are an hour old (tiers/posix_scan.c).
  *
  * The index (id -> size, stored bytes, times, deadline, inode number) is rebuilt from the
- * tree at start and kept in memory; lookups never touch the disk. It is protected by p->lock,
+ * tree at start, helped by the snapshot of it a clean stop saves (tiers/posix_scan.c), and
+ * kept in memory; lookups never touch the disk. It is protected by p->lock,
  * which is never held across file IO. The inode number is the version of a block file: a
  * replacement renames a new inode over the name.
  *
@@ -23,7 +24,7 @@
  * read checks the buffer it filled, any other read first checks the whole file once per
  * handle. A mismatch moves the file to STORE/quarantine/ and fails with -EIO.
  */
-#include "tiers/posix.h"
+#include "tiers/posix_int.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -48,42 +49,8 @@
 #include "src/metrics.h"
 #include "tiers/posix_header.h"
 
-#define TEMP_MARK ".tmp"
 #define WILLNEED_MIN (256u << 10) /* stored bytes from which an open reads ahead all */
-#define FOREIGN_TEMP_AGE_S 3600
 #define VERIFY_CHUNK (1u << 20)
-
-struct pentry {
-	struct idnode node;
-	struct pentry *prev, *next; /* recency list, coldest first */
-	uint64_t size, stored, phys, ino;
-	int64_t mtime, atime, deadline;
-	uint32_t codec;
-	uint32_t opens;             /* read handles on this version: never evicted */
-	bool expired_held;          /* expired, kept for its readers: not counted as a block */
-};
-
-struct posix {
-	struct tier tier;
-	char *root;
-	char *data;              /* directory holding the shard directories */
-	enum ucm_layout layout;
-	bool durable;
-	uint64_t capacity;
-	char host[HOST_NAME_MAX + 1];
-	int lock_fd;
-	atomic_uint_fast64_t temp_seq;
-	pthread_mutex_t lock;
-	struct idmap map;        /* protected by lock */
-	struct pentry lru;       /* recency list sentinel; protected by lock */
-	struct dlheap deadlines; /* TTL index (stale entries skipped); protected by lock */
-	uint64_t phys_used;      /* protected by lock */
-	uint64_t expired_held;   /* entries expired_held; protected by lock */
-	uint64_t pending;        /* room promised to open reservations; protected by lock */
-	atomic_uint_fast64_t quarantined, temp_removed, skipped;
-	counter_t hits, misses, bytes_read, bytes_written, expirations, checksum_failures;
-	counter_t evictions;
-};
 
 struct phandle {
 	struct tier_handle base;
@@ -108,8 +75,6 @@ struct phandle {
 	uint64_t hashed;
 	char tmp[PATH_MAX];      /* write: temp file */
 };
-
-#define PE(n) ((struct pentry *)((char *)(n) - offsetof(struct pentry, node)))
 
 static struct posix *posix_of(struct tier *t)
 {
@@ -137,7 +102,7 @@ static void shard_path(const struct posix *p, const struct blockid *id, char *ou
 	snprintf(out, len, "%s/%.3s", p->data, hex);
 }
 
-static ssize_t pread_full(int fd, void *buf, size_t len, uint64_t off)
+ssize_t posix_pread_full(int fd, void *buf, size_t len, uint64_t off)
 {
 	size_t done = 0;
 
@@ -155,7 +120,7 @@ static ssize_t pread_full(int fd, void *buf, size_t len, uint64_t off)
 	return (ssize_t)done;
 }
 
-static ssize_t pwrite_full(int fd, const void *buf, size_t len, uint64_t off)
+ssize_t posix_pwrite_full(int fd, const void *buf, size_t len, uint64_t off)
 {
 	size_t done = 0;
 
@@ -171,7 +136,7 @@ static ssize_t pwrite_full(int fd, const void *buf, size_t len, uint64_t off)
 	return (ssize_t)done;
 }
 
-static int fsync_dir(const char *path)
+int posix_fsync_dir(const char *path)
 {
 	int fd = open(path, O_RDONLY | O_DIRECTORY), rc = 0;
 
@@ -196,8 +161,7 @@ static void lru_unlink(struct pentry *e)
 	e->next->prev = e->prev;
 }
 
-/* Make e the most recently used entry. p->lock held. */
-static void lru_touch(struct posix *p, struct pentry *e)
+void posix_lru_touch(struct posix *p, struct pentry *e)
 {
 	if (e->next)
 		lru_unlink(e);
@@ -217,8 +181,7 @@ static void index_del(struct posix *p, struct pentry *e)
 	free(e);
 }
 
-/* Insert or replace the entry of e->node.id; takes ownership of e. p->lock held. */
-static void index_put(struct posix *p, struct pentry *e)
+void posix_index_put(struct posix *p, struct pentry *e)
 {
 	struct idnode *n = idmap_find(&p->map, &e->node.id);
 
@@ -229,7 +192,7 @@ static void index_put(struct posix *p, struct pentry *e)
 		return;
 	}
 	e->next = NULL;
-	lru_touch(p, e);
+	posix_lru_touch(p, e);
 	p->phys_used += e->phys;
 	if (e->deadline)
 		dlheap_push(&p->deadlines, e->deadline, &e->node.id);
@@ -366,7 +329,7 @@ static void release_room(struct posix *p, uint64_t room)
  * still holds that inode (a newer version may have replaced it since it was opened). Counted
  * once per file: whoever finds it gone already does nothing.
  */
-static void quarantine(struct posix *p, const char *path, const struct blockid *id, uint64_t ino,
+void posix_quarantine(struct posix *p, const char *path, const struct blockid *id, uint64_t ino,
 		       const char *why)
 {
 	char qdir[PATH_MAX], dst[PATH_MAX];
@@ -509,7 +472,7 @@ static void pin(struct posix *p, struct phandle *h, bool in)
 		if (in) {
 			PE(n)->opens++;
 			PE(n)->atime = wall_ns();
-			lru_touch(p, PE(n));
+			posix_lru_touch(p, PE(n));
 			h->counted = true;
 		} else if (h->counted) {
 			PE(n)->opens--;
@@ -548,7 +511,7 @@ static int posix_open(struct tier *t, const struct blockid *id, unsigned flags,
 
 		rc = h->fd < 0 && errno == ENOENT ? -ENOENT : -EIO;
 		if (lstat(path, &ls) == 0 && !S_ISREG(ls.st_mode))
-			quarantine(p, path, id, ls.st_ino, "not a regular file");
+			posix_quarantine(p, path, id, ls.st_ino, "not a regular file");
 		forget_stale(p, path, id, la.version);
 		goto err;
 	}
@@ -570,11 +533,11 @@ static int posix_open(struct tier *t, const struct blockid *id, unsigned flags,
 	rc = -ENOMEM;
 	if (!h->hdr)
 		goto err;
-	rc = (int)pread_full(h->fd, raw, sizeof(raw), 0);
+	rc = (int)posix_pread_full(h->fd, raw, sizeof(raw), 0);
 	if (rc != (int)sizeof(raw) || disk_header_decode(raw, h->hdr) ||
 	    !blockid_eq(&h->hdr->id, id) ||
 	    (uint64_t)st.st_size < DISK_HEADER_SIZE + h->hdr->stored_size) {
-		quarantine(p, path, id, h->ino, "bad header");
+		posix_quarantine(p, path, id, h->ino, "bad header");
 		forget_stale(p, path, id, la.version);
 		rc = -EIO;
 		goto err;
@@ -634,7 +597,7 @@ static int verify_whole(struct phandle *h)
 	XXH3_64bits_reset(st);
 	while (off < n) {
 		size_t len = n - off < VERIFY_CHUNK ? (size_t)(n - off) : VERIFY_CHUNK;
-		ssize_t r = pread_full(h->fd, buf, len, h->payload + off);
+		ssize_t r = posix_pread_full(h->fd, buf, len, h->payload + off);
 
 		if (r != (ssize_t)len) {
 			rc = -EIO;
@@ -652,7 +615,7 @@ out:
 		char path[PATH_MAX];
 
 		block_path(p, &h->id, path, sizeof(path));
-		quarantine(p, path, &h->id, h->ino, "checksum mismatch");
+		posix_quarantine(p, path, &h->id, h->ino, "checksum mismatch");
 	}
 	h->verified = rc == 0;
 	free(buf);
@@ -666,7 +629,7 @@ static void damaged(struct phandle *h, const char *why)
 	char path[PATH_MAX];
 
 	block_path(p, &h->id, path, sizeof(path));
-	quarantine(p, path, &h->id, h->ino, why);
+	posix_quarantine(p, path, &h->id, h->ino, why);
 }
 
 static void posix_damaged(struct tier_handle *th, const char *why)
@@ -680,7 +643,7 @@ static int read_chunk(struct phandle *h, uint32_t i, char *dst)
 {
 	uint32_t len = h->hdr->chunk[i].len;
 
-	if (pread_full(h->fd, dst, len, h->payload + h->coff[i]) != (ssize_t)len) {
+	if (posix_pread_full(h->fd, dst, len, h->payload + h->coff[i]) != (ssize_t)len) {
 		damaged(h, "file too short");
 		return -EIO;
 	}
@@ -754,7 +717,7 @@ static ssize_t posix_read(struct tier_handle *th, void *buf, size_t len, uint64_
 	if (len > h->size - off)
 		len = (size_t)(h->size - off);
 	if (h->writing)
-		return pread_full(h->fd, buf, len, h->payload + off);
+		return posix_pread_full(h->fd, buf, len, h->payload + off);
 	if (h->coff)
 		return read_chunked(h, buf, len, off);
 	if (!h->verified && !(off == 0 && len == h->size)) {
@@ -764,7 +727,7 @@ static ssize_t posix_read(struct tier_handle *th, void *buf, size_t len, uint64_
 		if (rc)
 			return rc;
 	}
-	n = pread_full(h->fd, buf, len, h->payload + off);
+	n = posix_pread_full(h->fd, buf, len, h->payload + off);
 	if (n < 0)
 		return -EIO;
 	counter_add(&posix_of(th->tier)->bytes_read, (uint64_t)n);
@@ -773,7 +736,7 @@ static ssize_t posix_read(struct tier_handle *th, void *buf, size_t len, uint64_
 			char path[PATH_MAX];
 
 			block_path(posix_of(th->tier), &h->id, path, sizeof(path));
-			quarantine(posix_of(th->tier), path, &h->id, h->ino, "file too short");
+			posix_quarantine(posix_of(th->tier), path, &h->id, h->ino, "file too short");
 		}
 		return -EIO;
 	}
@@ -785,7 +748,7 @@ static ssize_t posix_read(struct tier_handle *th, void *buf, size_t len, uint64_
 			counter_add(&posix_of(th->tier)->checksum_failures, 1);
 
 			block_path(posix_of(th->tier), &h->id, path, sizeof(path));
-			quarantine(posix_of(th->tier), path, &h->id, h->ino, "checksum mismatch");
+			posix_quarantine(posix_of(th->tier), path, &h->id, h->ino, "checksum mismatch");
 			return -EIO;
 		}
 		h->verified = true;
@@ -921,12 +884,12 @@ static ssize_t posix_write(struct tier_handle *th, const void *buf, size_t len, 
 		h->promised += room - h->room;
 		h->room = room;
 	}
-	n = pwrite_full(h->fd, buf, len, h->payload + off);
+	n = posix_pwrite_full(h->fd, buf, len, h->payload + off);
 	if ((n == -ENOSPC || n == -EDQUOT) &&
 	    make_room(posix_of(th->tier), buf_round(len) + (1u << 20)) == 0) {
 		/* the filesystem filled up (others write to it too): free a little, once */
 		h->promised += buf_round(len) + (1u << 20);
-		n = pwrite_full(h->fd, buf, len, h->payload + off);
+		n = posix_pwrite_full(h->fd, buf, len, h->payload + off);
 	}
 	if (n < 0)
 		return io_error((int)n);
@@ -988,7 +951,7 @@ static int payload_checksum(struct phandle *h, uint64_t size, uint64_t *out)
 	XXH3_64bits_reset(h->xx);
 	while (off < size) {
 		size_t len = size - off < VERIFY_CHUNK ? (size_t)(size - off) : VERIFY_CHUNK;
-		ssize_t n = pread_full(h->fd, buf, len, h->payload + off);
+		ssize_t n = posix_pread_full(h->fd, buf, len, h->payload + off);
 
 		if (n < 0) {
 			free(buf);
@@ -1045,7 +1008,7 @@ static int posix_commit(struct tier_handle *th, const struct block_meta *meta, u
 			rc = payload_checksum(h, hd->stored_size, &hd->csum);
 		if (rc == 0) {
 			disk_header_encode(hd, raw);
-			rc = (int)pwrite_full(h->fd, raw, DISK_HEADER_SIZE, 0);
+			rc = (int)posix_pwrite_full(h->fd, raw, DISK_HEADER_SIZE, 0);
 			if (rc >= 0)
 				rc = ftruncate(h->fd,
 					       (off_t)(DISK_HEADER_SIZE + buf_round(hd->stored_size)))
@@ -1086,12 +1049,15 @@ static int posix_commit(struct tier_handle *th, const struct block_meta *meta, u
 		pthread_mutex_unlock(&p->lock);
 		goto err_io;
 	}
-	index_put(p, e);
+	/* the rename moved the file's ctime: the index snapshot identifies files by it */
+	if (fstat(h->fd, &st) == 0)
+		e->ctime = (int64_t)st.st_ctim.tv_sec * 1000000000 + st.st_ctim.tv_nsec;
+	posix_index_put(p, e);
 	pthread_mutex_unlock(&p->lock);
 	h->tmp[0] = '\0';
 	if (durable) {
 		shard_path(p, &h->id, dir, sizeof(dir));
-		fsync_dir(dir);
+		posix_fsync_dir(dir);
 	}
 	if (rd && posix_open(&p->tier, &h->id, 0, rd))
 		*rd = NULL; /* published; the caller reopens if it still wants it */
@@ -1147,7 +1113,7 @@ static int posix_touch(struct tier *t, const struct blockid *id)
 		n = NULL;
 	if (n) {
 		PE(n)->atime = wall_ns();
-		lru_touch(p, PE(n));
+		posix_lru_touch(p, PE(n));
 	}
 	pthread_mutex_unlock(&p->lock);
 	return n ? 0 : -ENOENT;
@@ -1172,6 +1138,7 @@ static int posix_set_deadline(struct tier *t, const struct blockid *id, int64_t 
 	char path[PATH_MAX];
 	uint8_t *raw = NULL;
 	struct disk_header *hd = NULL;
+	struct stat st = { 0 };
 	struct idnode *n;
 	int fd = -1, rc = 0;
 
@@ -1186,13 +1153,14 @@ static int posix_set_deadline(struct tier *t, const struct blockid *id, int64_t 
 			rc = -ENOMEM;
 		else if (fd < 0)
 			rc = errno == ENOENT ? -ENOENT : -EIO;
-		else if (pread_full(fd, raw, DISK_HEADER_SIZE, 0) != DISK_HEADER_SIZE ||
+		else if (posix_pread_full(fd, raw, DISK_HEADER_SIZE, 0) != DISK_HEADER_SIZE ||
 			 disk_header_decode(raw, hd))
 			rc = -EIO;
 		if (rc == 0) {
 			hd->deadline = deadline ? mono_to_wall(deadline) : 0;
 			disk_header_encode(hd, raw);
-			if (pwrite_full(fd, raw, DISK_HEADER_SIZE, 0) != DISK_HEADER_SIZE)
+			if (posix_pwrite_full(fd, raw, DISK_HEADER_SIZE, 0) != DISK_HEADER_SIZE ||
+			    fstat(fd, &st))
 				rc = -EIO;
 		}
 		if (fd >= 0)
@@ -1204,6 +1172,8 @@ static int posix_set_deadline(struct tier *t, const struct blockid *id, int64_t 
 	}
 	pthread_mutex_lock(&p->lock);
 	n = idmap_find(&p->map, id);
+	if (n && p->layout == LAYOUT_NATIVE && PE(n)->ino == (uint64_t)st.st_ino)
+		PE(n)->ctime = (int64_t)st.st_ctim.tv_sec * 1000000000 + st.st_ctim.tv_nsec;
 	if (n) {
 		PE(n)->deadline = deadline;
 		if (deadline)
@@ -1245,7 +1215,7 @@ static int posix_sync(struct tier *t, const struct blockid *id)
 		rc = -EIO;
 	close(fd);
 	shard_path(p, id, path, sizeof(path));
-	if (rc == 0 && fsync_dir(path))
+	if (rc == 0 && posix_fsync_dir(path))
 		rc = -EIO;
 	return rc;
 }
@@ -1320,6 +1290,7 @@ static void posix_destroy(struct tier *t)
 {
 	struct posix *p = posix_of(t);
 
+	posix_save_index(p);
 	idmap_foreach_safe(&p->map, drop_entry, &p->map);
 	idmap_destroy(&p->map);
 	dlheap_free(&p->deadlines);
@@ -1385,6 +1356,7 @@ void posix_counters(struct tier *t, struct posix_counters *out)
 	out->quarantined = atomic_load(&p->quarantined);
 	out->temp_removed = atomic_load(&p->temp_removed);
 	out->skipped = atomic_load(&p->skipped);
+	out->from_snapshot = atomic_load(&p->from_snapshot);
 }
 
 const struct tier_ops tier_posix_ops = {
@@ -1414,302 +1386,6 @@ const struct tier_ops tier_posix_ops = {
 };
 
 /* --- start: lock, scan, recover ---------------------------------------------------------- */
-
-/* Handle a temp file found at start: delete it if it is ours or stale. */
-static void scan_temp(struct posix *p, int dfd, const char *name, const char *dir)
-{
-	const char *mark = strstr(name, TEMP_MARK);
-	const char *host = mark[strlen(TEMP_MARK)] == '.' ? mark + strlen(TEMP_MARK) + 1 : NULL;
-	size_t hlen = strlen(p->host);
-	struct stat st;
-	bool ours = host && !strncmp(host, p->host, hlen) && host[hlen] == '.';
-
-	if (!ours) {
-		if (fstatat(dfd, name, &st, AT_SYMLINK_NOFOLLOW))
-			return;
-		if (wall_ns() / 1000000000 - st.st_mtim.tv_sec < FOREIGN_TEMP_AGE_S)
-			return;
-	}
-	if (unlinkat(dfd, name, 0) == 0) {
-		atomic_fetch_add(&p->temp_removed, 1);
-		log_debug("removed leftover temp file %s/%s", dir, name);
-	}
-}
-
-/* Index one block file found at start; quarantine it if it is damaged. 0, or -ENOMEM if it
- * cannot be indexed (the store must not open without it). */
-static int scan_block(struct posix *p, int dfd, const char *name, const char *dir,
-		       const struct blockid *id)
-{
-	char path[PATH_MAX];
-	uint8_t raw[DISK_HEADER_SIZE];
-	struct disk_header hd;
-	struct pentry *e;
-	struct stat st;
-	int fd, rc;
-
-	snprintf(path, sizeof(path), "%s/%s", dir, name);
-	fd = openat(dfd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
-	if (fd < 0 || fstat(fd, &st) || !S_ISREG(st.st_mode)) {
-		if (fd >= 0)
-			close(fd);
-		atomic_fetch_add(&p->skipped, 1);
-		log_warn("skipped %s: not a regular block file", path);
-		return 0;
-	}
-	e = calloc(1, sizeof(*e));
-	if (!e) {
-		close(fd);
-		return -ENOMEM;
-	}
-	e->node.id = *id;
-	e->phys = (uint64_t)st.st_blocks * 512;
-	e->ino = st.st_ino;
-	e->atime = (int64_t)st.st_atim.tv_sec * 1000000000 + st.st_atim.tv_nsec;
-	if (p->layout == LAYOUT_UCM) {
-		e->size = e->stored = (uint64_t)st.st_size;
-		e->mtime = (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec;
-	} else {
-		if (pread_full(fd, raw, sizeof(raw), 0) != (ssize_t)sizeof(raw) ||
-		    disk_header_decode(raw, &hd) || !blockid_eq(&hd.id, id) ||
-		    (uint64_t)st.st_size < DISK_HEADER_SIZE + hd.stored_size) {
-			close(fd);
-			free(e);
-			quarantine(p, path, NULL, 0, "bad header");
-			return 0;
-		}
-		e->size = hd.raw_size;
-		e->stored = hd.stored_size;
-		e->mtime = hd.mtime;
-		e->codec = hd.codec;
-		if (hd.deadline) {
-			if (hd.deadline <= wall_ns()) {
-				close(fd);
-				free(e);
-				unlinkat(dfd, name, 0); /* expired while nobody was looking */
-				return 0;
-			}
-			e->deadline = wall_to_mono(hd.deadline);
-		}
-	}
-	close(fd);
-	pthread_mutex_lock(&p->lock);
-	rc = idmap_reserve(&p->map, id);
-	if (rc == 0)
-		index_put(p, e);
-	pthread_mutex_unlock(&p->lock);
-	if (rc)
-		free(e);
-	return rc;
-}
-
-static bool shard_name(const char *name)
-{
-	struct blockid id;
-	char hex[BLOCKID_HEX_LEN];
-
-	if (strlen(name) != 3)
-		return false;
-	memcpy(hex, name, 3);
-	memset(hex + 3, '0', sizeof(hex) - 3);
-	return blockid_parse(hex, sizeof(hex), &id) == 0;
-}
-
-/* Index the blocks of one shard directory. 0 or -errno: a shard that cannot be read whole
- * must not open as if it were empty. */
-static int scan_shard(struct posix *p, const char *shard)
-{
-	char dir[PATH_MAX];
-	struct dirent *de;
-	DIR *d;
-	int rc = 0;
-
-	snprintf(dir, sizeof(dir), "%s/%s", p->data, shard);
-	d = opendir(dir);
-	if (!d && errno == ENOTDIR) {
-		/* a stray file with a shard's name holds no blocks */
-		atomic_fetch_add(&p->skipped, 1);
-		log_warn("skipped %s: not a directory", dir);
-		return 0;
-	}
-	if (!d) {
-		rc = -errno;
-		if (rc != -ENOENT)
-			log_err("store %s: cannot read %s: %s", p->root, dir, strerror(-rc));
-		return rc == -ENOENT ? 0 : rc;
-	}
-	while (rc == 0 && (de = readdir(d))) {
-		struct blockid id;
-
-		if (de->d_name[0] == '.')
-			continue;
-		if (strstr(de->d_name, TEMP_MARK))
-			scan_temp(p, dirfd(d), de->d_name, dir);
-		else if (blockid_parse_name(de->d_name, &id) == 0 && !strncmp(de->d_name, shard, 3))
-			rc = scan_block(p, dirfd(d), de->d_name, dir, &id);
-		else {
-			atomic_fetch_add(&p->skipped, 1);
-			log_warn("skipped %s/%s: not a block file name", dir, de->d_name);
-		}
-	}
-	closedir(d);
-	return rc;
-}
-
-/*
- * The start scan runs on SCAN_THREADS threads that take shard directories from a shared
- * cursor: on a cold disk or a distributed filesystem each header read waits on the device,
- * so several in flight keep it busy. Every SCAN_REPORT_NS one of them logs the progress.
- */
-#define SCAN_THREADS 8
-#define SCAN_REPORT_NS (2 * 1000000000LL)
-
-struct scan_ctx {
-	struct posix *p;
-	struct {
-		char (*name)[4];
-		size_t n, cap;
-	} shards;
-	atomic_size_t next, done;
-	atomic_int_fast64_t last_report;
-	int64_t started;
-	atomic_int err;               /* the first shard's error: the scan stops */
-};
-
-static void scan_progress(struct scan_ctx *c)
-{
-	int64_t now = mono_ns(), last = atomic_load(&c->last_report);
-	uint64_t blocks;
-
-	if (now - last < SCAN_REPORT_NS ||
-	    !atomic_compare_exchange_strong(&c->last_report, &last, now))
-		return;
-	pthread_mutex_lock(&c->p->lock);
-	blocks = c->p->map.count;
-	pthread_mutex_unlock(&c->p->lock);
-	log_info("store %s: scanning, %zu of %zu directories, %llu blocks so far (%.0f s)",
-		 c->p->root, atomic_load(&c->done), c->shards.n, (unsigned long long)blocks,
-		 (double)(now - c->started) / 1e9);
-}
-
-static void *scan_worker(void *arg)
-{
-	struct scan_ctx *c = arg;
-	size_t i;
-
-	while (!atomic_load(&c->err) && (i = atomic_fetch_add(&c->next, 1)) < c->shards.n) {
-		int rc = scan_shard(c->p, c->shards.name[i]);
-		int none = 0;
-
-		if (rc)
-			atomic_compare_exchange_strong(&c->err, &none, rc);
-		atomic_fetch_add(&c->done, 1);
-		scan_progress(c);
-	}
-	return NULL;
-}
-
-static int by_atime(const void *a, const void *b)
-{
-	const struct pentry *x = *(struct pentry *const *)a, *y = *(struct pentry *const *)b;
-
-	return (x->atime > y->atime) - (x->atime < y->atime);
-}
-
-/* After the scan the recency list is in directory order: put it in the order of the files'
- * access times, so that the coldest blocks of the previous run are the first evicted. Left
- * as it is if there is no memory to sort it. p->lock held. */
-static void sort_recency(struct posix *p)
-{
-	size_t n = 0, i;
-	struct pentry **v = malloc((p->map.count + 1) * sizeof(*v));
-
-	if (!v)
-		return;
-	for (struct pentry *e = p->lru.next; e != &p->lru; e = e->next)
-		v[n++] = e;
-	qsort(v, n, sizeof(*v), by_atime);
-	p->lru.next = p->lru.prev = &p->lru;
-	for (i = 0; i < n; i++) {
-		v[i]->next = NULL;
-		lru_touch(p, v[i]);
-	}
-	free(v);
-}
-
-static int scan(struct posix *p)
-{
-	struct scan_ctx c = { .p = p };
-	pthread_t tid[SCAN_THREADS];
-	int nthreads = 0, rc = 0;
-	struct dirent *de;
-	DIR *d = opendir(p->data);
-
-	if (!d) {
-		rc = -errno;
-		log_err("cannot read STORE directory %s: %s", p->data, strerror(errno));
-		return rc;
-	}
-	while ((de = readdir(d))) {
-		struct stat st;
-		char path[PATH_MAX];
-
-		if (de->d_name[0] == '.' ||
-		    (p->layout == LAYOUT_UCM && !strcmp(de->d_name, "quarantine")))
-			continue;
-		snprintf(path, sizeof(path), "%s/%s", p->data, de->d_name);
-		if (!shard_name(de->d_name)) {
-			atomic_fetch_add(&p->skipped, 1);
-			log_warn("skipped %s: not a shard directory name", path);
-			continue;
-		}
-		if (de->d_type != DT_DIR &&
-		    (fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) ||
-		     !S_ISDIR(st.st_mode))) {
-			/* moved aside, so that the shard's blocks can be written again */
-			quarantine(p, path, NULL, 0, "not a directory");
-			continue;
-		}
-		if (c.shards.n == c.shards.cap) {
-			size_t cap = c.shards.cap ? 2 * c.shards.cap : 4096;
-			void *v = realloc(c.shards.name, cap * sizeof(*c.shards.name));
-
-			if (!v) {
-				rc = -ENOMEM;
-				break;
-			}
-			c.shards.name = v;
-			c.shards.cap = cap;
-		}
-		memcpy(c.shards.name[c.shards.n++], de->d_name, 4);
-	}
-	closedir(d);
-	if (rc) {
-		free(c.shards.name);
-		return rc;
-	}
-	c.started = mono_ns();
-	atomic_store(&c.last_report, c.started);
-	while (nthreads < SCAN_THREADS - 1 && (size_t)nthreads + 1 < c.shards.n &&
-	       pthread_create(&tid[nthreads], NULL, scan_worker, &c) == 0)
-		nthreads++;
-	scan_worker(&c); /* this thread too, and alone if no thread could start */
-	while (nthreads)
-		pthread_join(tid[--nthreads], NULL);
-	free(c.shards.name);
-	if (atomic_load(&c.err)) {
-		log_err("store %s: cannot index every block: %s", p->root,
-			strerror(-atomic_load(&c.err)));
-		return atomic_load(&c.err);
-	}
-	pthread_mutex_lock(&p->lock);
-	sort_recency(p);
-	pthread_mutex_unlock(&p->lock);
-	log_info("store %s: %llu blocks, %llu bytes on disk (scanned in %.2f s)", p->root,
-		 (unsigned long long)p->map.count, (unsigned long long)p->phys_used,
-		 (double)(mono_ns() - c.started) / 1e9);
-	return 0;
-}
 
 /* Only one daemon per host uses a store at a time: the next one waits for the previous one
  * to finish writing its blocks (an unmount returns before the daemon has exited). */
@@ -1821,11 +1497,12 @@ int posix_create(const struct posix_config *cfg, struct tier **out)
 	if (rc == 0)
 		rc = lock_store(p, cfg->lock_wait_s);
 	if (rc == 0)
-		rc = scan(p);
+		rc = posix_scan(p);
 	if (rc)
 		goto err;
 	p->tier.ops = &tier_posix_ops;
 	p->tier.priv = p;
+	p->opened = true;
 	*out = &p->tier;
 	return 0;
 err:

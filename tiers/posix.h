@@ -18,7 +18,8 @@ struct posix_config {
 
 /*
  * Open (or create) a store: take the per-host store lock, remove this host's leftover temp
- * files, and rebuild the index from the directory tree. Returns 0, -EBUSY (another daemon of
+ * files, and rebuild the index from the directory tree (and the index the last clean stop of
+ * this host saved: tiers/posix_scan.c). Its destroy saves that index. Returns 0, -EBUSY (another daemon of
  * this host still holds the store after lock_wait_s), or -errno of the failing system call;
  * a one-line reason is logged.
  */
@@ -29,6 +30,7 @@ struct posix_counters {
 	uint64_t quarantined;   /* damaged block files moved to STORE/quarantine */
 	uint64_t temp_removed;  /* leftover temp files deleted at start */
 	uint64_t skipped;       /* entries that are not block files (wrong type, name) */
+	uint64_t from_snapshot; /* blocks indexed at start from the index saved at a stop */
 };
 void posix_counters(struct tier *t, struct posix_counters *out);
 

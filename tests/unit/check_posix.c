@@ -1,6 +1,7 @@
 /*
- * The disk tier beyond the contract (tiers/posix.c): the on-disk layouts, restart recovery,
- * leftover temp files, quarantine of damaged files, the store lock.
+ * The disk tier beyond the contract (tiers/posix.c): the on-disk layouts, restart recovery
+ * (with and without the index a stop saved), leftover temp files, quarantine of damaged
+ * files, the store lock.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -235,6 +236,143 @@ START_TEST(test_posix_deadline_persisted)
 	ck_assert_int_eq(tu_lookup(t, &cleared, &a), 0);
 	ck_assert_int_eq(a.deadline, 0);
 	ck_assert_int_eq(tu_lookup(t, &id, NULL), 0);
+	store_close(&s);
+}
+END_TEST
+
+static int snapshot_files(const struct store *s)
+{
+	return ut_count_prefixed(s->dir, ".index.");
+}
+
+/* The path of the index a stop saved (there must be exactly one). */
+static void snapshot_path(const struct store *s, char *out, size_t len)
+{
+	char cmd[PATH_MAX + 64];
+	FILE *f;
+
+	snprintf(cmd, sizeof(cmd), "ls -d %s/.index.* 2>/dev/null", s->dir);
+	f = popen(cmd, "r");
+	ck_assert_ptr_nonnull(f);
+	ck_assert_ptr_nonnull(fgets(out, (int)len, f));
+	out[strcspn(out, "\n")] = '\0';
+	pclose(f);
+}
+
+/*
+ * A clean stop saves the index; the next start takes from it every block whose file did not
+ * change since, reads the others, and finds exactly what a full scan would: blocks changed,
+ * removed or added behind its back included. The snapshot is used once.
+ */
+START_TEST(test_posix_index_snapshot)
+{
+	struct store s;
+	struct tier *t = store_open(&s, (enum ucm_layout)_i);
+	bool native = s.layout == LAYOUT_NATIVE;
+	struct blockid fresh = ut_id(900), changed = ut_id(901), gone = ut_id(902);
+	struct blockid added = ut_id(903);
+	enum { N = 40 };
+	int64_t dl = mono_ns() + 3600 * 1000000000LL;
+	char path[PATH_MAX], src[PATH_MAX], snap[PATH_MAX];
+	struct block_attr before[N], a;
+	size_t len;
+	void *buf;
+
+	for (int i = 0; i < N; i++) {
+		struct blockid id = ut_id(100 + (uint64_t)i);
+
+		ck_assert_int_eq(tu_put(t, &id, 7, 1000 + 997 * (uint64_t)i, 0, 0,
+					native && i % 3 == 0 ? dl : 0), 0);
+		ck_assert_int_eq(tu_lookup(t, &id, &before[i]), 0);
+	}
+	ck_assert_int_eq(tu_put(t, &changed, 3, 9000, 0, 0, 0), 0);
+	ck_assert_int_eq(tu_put(t, &gone, 3, 9000, 0, 0, 0), 0);
+	ut_sleep_ms(1100); /* older than the save by more than its settling time */
+	ck_assert_int_eq(tu_put(t, &fresh, 5, 7000, 0, 0, 0), 0);
+	store_close(&s);
+	ck_assert_int_eq(snapshot_files(&s), 1);
+
+	/* behind its back: one file changed in place, one removed, one copied in */
+	path_of(&s, &changed, path, sizeof(path));
+	flip_byte(path, native ? 35 : 10);
+	path_of(&s, &gone, path, sizeof(path));
+	ck_assert_int_eq(unlink(path), 0);
+	path_of(&s, &fresh, src, sizeof(src));
+	buf = read_file(src, &len);
+	path_of(&s, &added, path, sizeof(path));
+	{
+		char dir[PATH_MAX];
+
+		shard_dir(&s, &added, dir, sizeof(dir));
+		mkdir(dir, 0700);
+	}
+	write_file(path, buf, len);
+	free(buf);
+
+	s.t = t = tu_posix(s.dir, s.layout);
+	ck_assert_int_eq(snapshot_files(&s), 0); /* taken away at start */
+	ck_assert_uint_eq(counters(t).from_snapshot, N);
+	for (int i = 0; i < N; i++) {
+		struct blockid id = ut_id(100 + (uint64_t)i);
+
+		ck_assert_int_eq(tu_lookup(t, &id, &a), 0);
+		ck_assert_uint_eq(a.size, before[i].size);
+		ck_assert_uint_eq(a.stored, before[i].stored);
+		ck_assert_int_eq(a.mtime, before[i].mtime);
+		ck_assert_uint_eq(a.version, before[i].version);
+		ck_assert_int_le(llabs(a.deadline - before[i].deadline), 1000000000LL);
+		tu_expect(t, &id, 7, 1000 + 997 * (uint64_t)i);
+	}
+	tu_expect(t, &fresh, 5, 7000);
+	ck_assert_int_eq(tu_lookup(t, &gone, NULL), -ENOENT);
+	if (native) {
+		/* its header is damaged (and a copied file names another block) */
+		expect_quarantined(&s, &changed);
+		expect_quarantined(&s, &added);
+	} else {
+		/* raw bytes carry no checksum: the changed file is what the block now holds */
+		ck_assert_int_eq(tu_lookup(t, &changed, &a), 0);
+		ck_assert_int_eq(tu_lookup(t, &added, &a), 0);
+		ck_assert_uint_eq(a.size, 7000);
+	}
+
+	/* a damaged snapshot is not used, and costs nothing but the header reads */
+	store_close(&s);
+	snapshot_path(&s, snap, sizeof(snap));
+	flip_byte(snap, 200);
+	s.t = t = tu_posix(s.dir, s.layout);
+	ck_assert_int_eq(snapshot_files(&s), 0);
+	ck_assert_uint_eq(counters(t).from_snapshot, 0);
+	for (int i = 0; i < N; i++) {
+		struct blockid id = ut_id(100 + (uint64_t)i);
+
+		ck_assert_int_eq(tu_lookup(t, &id, &a), 0);
+		ck_assert_int_le(llabs(a.deadline - before[i].deadline), 1000000000LL);
+	}
+	store_close(&s);
+}
+END_TEST
+
+/* A TTL set in place after a start from the snapshot is what the next start sees, even when
+ * that start has no snapshot to take (the daemon was killed). */
+START_TEST(test_posix_index_snapshot_then_ttl)
+{
+	struct store s;
+	struct tier *t = store_open(&s, LAYOUT_NATIVE);
+	struct blockid id = ut_id(5);
+	int64_t dl = mono_ns() + 7200 * 1000000000LL;
+	struct block_attr a;
+
+	ck_assert_int_eq(tu_put(t, &id, 1, 5000, 0, 0, 0), 0);
+	ut_sleep_ms(1100);
+	t = store_reopen(&s);
+	ck_assert_uint_eq(counters(t).from_snapshot, 1);
+	ck_assert_int_eq(t->ops->set_deadline(t, &id, dl), 0);
+	/* as if killed here: no stop, so no snapshot; the next start reads the header */
+	ck_assert_int_eq(snapshot_files(&s), 0);
+	t = store_reopen(&s);
+	ck_assert_int_eq(tu_lookup(t, &id, &a), 0);
+	ck_assert_int_le(llabs(a.deadline - dl), 1000000000LL);
 	store_close(&s);
 }
 END_TEST
@@ -967,6 +1105,8 @@ Suite *posix_suite(void)
 	tcase_add_loop_test(core, test_posix_leftover_temps_removed, 0, 2);
 	tcase_add_loop_test(core, test_posix_skips_foreign_entries, 0, 2);
 	tcase_add_test(core, test_posix_deadline_persisted);
+	tcase_add_loop_test(core, test_posix_index_snapshot, 0, 2);
+	tcase_add_test(core, test_posix_index_snapshot_then_ttl);
 	tcase_add_test(core, test_posix_native_file_format);
 	tcase_add_test(core, test_posix_layout_ucm_raw_files);
 	tcase_add_test(core, test_posix_layout_ucm_reads_ucm_store);

@@ -1,0 +1,82 @@
+/*
+ * The disk tier's insides, shared by its two halves: tiers/posix.c (the tier: index, reads,
+ * reservations, commits, capacity) and tiers/posix_scan.c (what happens at start and at a
+ * clean stop: the scan that rebuilds the index, and the index snapshot that spares it).
+ * Nothing outside tiers/posix*.c includes this file.
+ */
+#ifndef UCM_POSIX_INT_H
+#define UCM_POSIX_INT_H
+
+#include <limits.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+#include <unistd.h>
+
+#include "src/dlheap.h"
+#include "src/idmap.h"
+#include "src/metrics.h"
+#include "tiers/posix.h"
+
+#define TEMP_MARK ".tmp"
+#define FOREIGN_TEMP_AGE_S 3600
+
+/* One committed block file. ino and ctime identify the file's contents: a replacement is a
+ * new inode, and any change to the file (a write, a truncate, a rename) moves its ctime. */
+struct pentry {
+	struct idnode node;
+	struct pentry *prev, *next; /* recency list, coldest first */
+	uint64_t size, stored, phys, ino;
+	int64_t mtime, atime, deadline, ctime; /* atime, ctime: wall; deadline: mono */
+	uint32_t codec;
+	uint32_t opens;             /* read handles on this version: never evicted */
+	bool expired_held;          /* expired, kept for its readers: not counted as a block */
+};
+
+#define PE(n) ((struct pentry *)((char *)(n) - offsetof(struct pentry, node)))
+
+struct posix {
+	struct tier tier;
+	char *root;
+	char *data;              /* directory holding the shard directories */
+	enum ucm_layout layout;
+	bool durable;
+	bool opened;             /* the start scan succeeded: a stop saves the index */
+	uint64_t capacity;
+	char host[HOST_NAME_MAX + 1];
+	int lock_fd;
+	atomic_uint_fast64_t temp_seq;
+	pthread_mutex_t lock;
+	struct idmap map;        /* protected by lock */
+	struct pentry lru;       /* recency list sentinel; protected by lock */
+	struct dlheap deadlines; /* TTL index (stale entries skipped); protected by lock */
+	uint64_t phys_used;      /* protected by lock */
+	uint64_t expired_held;   /* entries expired_held; protected by lock */
+	uint64_t pending;        /* room promised to open reservations; protected by lock */
+	atomic_uint_fast64_t quarantined, temp_removed, skipped;
+	atomic_uint_fast64_t from_snapshot; /* blocks the start took from the index snapshot */
+	counter_t hits, misses, bytes_read, bytes_written, expirations, checksum_failures;
+	counter_t evictions;
+};
+
+ssize_t posix_pread_full(int fd, void *buf, size_t len, uint64_t off);
+ssize_t posix_pwrite_full(int fd, const void *buf, size_t len, uint64_t off);
+int posix_fsync_dir(const char *path);
+
+/* Make e the most recently used entry. p->lock held. */
+void posix_lru_touch(struct posix *p, struct pentry *e);
+/* Insert or replace the entry of e->node.id; takes ownership of e. p->lock held. */
+void posix_index_put(struct posix *p, struct pentry *e);
+/* Move a damaged block file to STORE/quarantine/ and forget its entry (see posix.c). */
+void posix_quarantine(struct posix *p, const char *path, const struct blockid *id,
+		      uint64_t ino, const char *why);
+
+/* Rebuild the index at start (tiers/posix_scan.c). 0 or -errno (logged). */
+int posix_scan(struct posix *p);
+/* At a clean stop: write the index where the next start of this host finds it. */
+void posix_save_index(struct posix *p);
+
+#endif
