@@ -1344,6 +1344,9 @@ static void posix_metrics(struct tier *t, struct metrics *m)
 	metrics_counter(m, "ucmfs_temp_files_removed_total",
 			"Leftover temp files removed at start.", store,
 			atomic_load(&p->temp_removed));
+	metrics_counter(m, "ucmfs_start_blocks_from_index_total",
+			"Blocks indexed at start from the index saved at the last clean stop.",
+			store, atomic_load(&p->from_snapshot));
 	metrics_counter(m, "ucmfs_skipped_entries_total",
 			"Entries of the store that are not block files, skipped at start.", store,
 			atomic_load(&p->skipped));

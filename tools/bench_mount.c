@@ -3,9 +3,11 @@
  *
  * A store of --mount-blocks blocks of MT_BLOCK bytes is written straight through the disk
  * tier (tiers/posix.c, native layout, uncompressed: the files the daemon would have left),
- * then mounted by a fresh daemon, timed from its start until the mount answers, twice: with
- * the page cache dropped (the first mount after a reboot) and warm (a remount). At start the
- * daemon reads every block file's header to rebuild its index (tiers/posix.c, scan()).
+ * then mounted by a fresh daemon, timed from its start until the mount answers, with the page
+ * cache dropped (the first mount after a reboot) and warm (a remount), each after a clean
+ * stop (the start takes the index the stop saved, STORE/.index.<host>, and only looks at each
+ * file) and as after a crash (that index deleted: the start reads every block file's header;
+ * tiers/posix_scan.c).
  *
  * The floor is what any tool that looks at every file pays on the same tree in the same cache
  * state: one thread that lists every shard directory and fstatat()s each entry, like `du`.
@@ -112,14 +114,31 @@ static int walk(const char *data, uint64_t *files, double *secs)
 	return 0;
 }
 
-/* Mount the store with a fresh daemon; seconds from its start until the mount answered. */
-static int timed_mount(const char *store, bool drop, double *secs)
+/* Delete the index a clean stop saved in store: the next start is the one after a crash. */
+static void forget_index(const char *store)
+{
+	struct dirent *de;
+	DIR *d = opendir(store);
+
+	if (!d)
+		return;
+	while ((de = readdir(d)))
+		if (!strncmp(de->d_name, ".index.", 7))
+			unlinkat(dirfd(d), de->d_name, 0);
+	closedir(d);
+}
+
+/* Mount the store with a fresh daemon; seconds from its start until the mount answered.
+ * crashed: as after a crash, without the index the previous daemon's stop saved. */
+static int timed_mount(const char *store, bool drop, bool crashed, double *secs)
 {
 	double t0;
 	int rc = ucm_stop();
 
 	if (rc)
 		return rc;
+	if (crashed)
+		forget_index(store);
 	if (drop && R.can_drop)
 		drop_caches();
 	mount_wait_s = 1800; /* the figure is the wait; the phase's watchdog still bounds it */
@@ -141,6 +160,7 @@ void run_mount(void)
 {
 	char store[PATH_MAX + 16], data[PATH_MAX + 32], note[128];
 	struct fig cold = FIG_NONE, warm = FIG_NONE, wcold = FIG_NONE, wwarm = FIG_NONE;
+	struct fig ccold = FIG_NONE, cwarm = FIG_NONE;
 	uint64_t n = R.c.mount_blocks, files = 0;
 	double s = 0;
 	int rc;
@@ -169,25 +189,36 @@ void run_mount(void)
 		rc = bench_fail(EIO, "the walk found %llu files, not %llu",
 				(unsigned long long)files, (unsigned long long)n);
 	fig_set(&wcold, rc, s);
-	rc = timed_mount(store, true, &s);
+	rc = timed_mount(store, true, false, &s);
 	fig_set(&cold, rc, s);
+	rc = timed_mount(store, true, true, &s);
+	fig_set(&ccold, rc, s);
 	if (!R.can_drop) {
 		fig_note(&cold, "not root: the page cache was not dropped");
+		fig_note(&ccold, "not root: the page cache was not dropped");
 		fig_note(&wcold, "not root: the page cache was not dropped");
 	}
 
 	long_phase("mount: warm");
 	rc = walk(data, &files, &s);
 	fig_set(&wwarm, rc, s);
-	rc = timed_mount(store, false, &s);
+	rc = timed_mount(store, false, false, &s);
 	fig_set(&warm, rc, s);
+	rc = timed_mount(store, false, true, &s);
+	fig_set(&cwarm, rc, s);
 	ucm_stop();
 	rm_rf(store);
 	fig_note(&cold, note);
 	fig_note(&warm, note);
+	fig_note(&ccold, note);
+	fig_note(&cwarm, note);
 rows:
 	emit("mount.cold", MT_BLOCK, "mount, page cache dropped", &cold, "s", ROW_COST,
 	     "stat walk", &wcold);
 	emit("mount.warm", MT_BLOCK, "mount, page cache warm", &warm, "s", ROW_COST, "stat walk",
 	     &wwarm);
+	emit("mount.crash.cold", MT_BLOCK, "mount after a crash, page cache dropped", &ccold, "s",
+	     ROW_COST, "stat walk", &wcold);
+	emit("mount.crash.warm", MT_BLOCK, "mount after a crash, page cache warm", &cwarm, "s",
+	     ROW_COST, "stat walk", &wwarm);
 }

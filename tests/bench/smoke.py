@@ -33,6 +33,7 @@ FIGURES = [
     'floor.zstd_compress_shuffle2', 'floor.zstd_decompress_shuffle2',
     'hitrate.clock', 'hitrate.lru', 'hitrate.fifo',
     'hitrate.sim_clock', 'hitrate.sim_lru', 'hitrate.sim_fifo',
+    'mount.cold', 'mount.warm', 'mount.crash.cold', 'mount.crash.warm',
 ]
 
 FAILURES = []

@@ -1,14 +1,17 @@
 #!/usr/bin/env python3
-"""Memory smaller than the data, persistence across remounts, durability after fsync when
-the daemon is killed (DESIGN.md sections 3 and 5)."""
+"""Memory smaller than the data, persistence across remounts (with and without the index a
+clean unmount saves), durability after fsync when the daemon is killed (DESIGN.md sections 3
+and 5)."""
+import errno
 import os
 import random
 import sys
 import threading
+import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from ucmtest import (KiB, MiB, Mount, case, check, pattern, rand_id, read_fd, read_file, run,
-                     same, write_file)
+from ucmtest import (KiB, MiB, Mount, case, check, expect_errno, flip, pattern, rand_id,
+                     read_fd, read_file, run, same, write_file)
 
 # 64 MiB of blocks; with mem_size=8M several are bigger than the whole memory tier
 SIZES_64M = [12 * MiB, 9 * MiB + 1, 8 * MiB + 4097, 6 * MiB, 5 * MiB + 3, 4 * MiB, 3 * MiB + 7,
@@ -117,6 +120,59 @@ def test_remount_persistence():
         verify_all(m, blocks, 'after a remount started right after fusermount3 -u')
 
 
+def started_from_index(m):
+    """ucmfs_start_blocks_from_index_total of the mount's store, from /.ucm/stats."""
+    with open(m.path('.ucm/stats')) as f:
+        for line in f:
+            if line.startswith('ucmfs_start_blocks_from_index_total{'):
+                return int(float(line.split()[-1]))
+    raise AssertionError('no ucmfs_start_blocks_from_index_total in /.ucm/stats')
+
+
+def index_files(m):
+    return [n for n in os.listdir(m.store) if n.startswith('.index.')]
+
+
+@case(timeout=180)
+def test_remount_uses_saved_index():
+    """A clean unmount saves the index; the next mount takes from it the blocks whose files
+    did not change, finds the changes made behind its back, and leaves no index behind."""
+    with Mount('mem_size=8M') as m:
+        blocks = write_all(m, [MiB, 3 * MiB + 1, 4 * KiB, 1, 0, 2 * MiB, 64 * KiB + 3])
+        ttl = [bid for bid, (n, _) in blocks.items() if n == MiB][0]
+        os.setxattr(m.path(ttl), 'user.ucm.ttl', b'3600000')
+        time.sleep(1.2)          # older than the save by more than its settling second
+        m.unmount()
+        check(len(index_files(m)) == 1, 'no index saved at unmount: %s' % os.listdir(m.store))
+        # behind its back: one block file removed, one damaged in place
+        by_size = {n: bid for bid, (n, _) in blocks.items()}
+        gone, bad = by_size[4 * KiB], by_size[2 * MiB]
+        os.unlink(os.path.join(m.store, 'data', gone[:3], gone))
+        flip(os.path.join(m.store, 'data', bad[:3], bad), 4096 + 1)
+        del blocks[gone]
+        size_bad, _ = blocks.pop(bad)
+        m.start()
+        check(index_files(m) == [], 'the index is still there once mounted: %s' %
+              index_files(m))
+        check(started_from_index(m) == len(blocks), '%d blocks from the index, %d expected' % (
+            started_from_index(m), len(blocks)))
+        check(not os.path.exists(m.path(gone)), 'a block removed from STORE is listed')
+        check(os.stat(m.path(bad)).st_size == size_bad, 'the damaged block is indexed')
+        expect_errno(errno.EIO, read_file, m.path(bad))
+        verify_all(m, blocks, 'after a remount from the saved index')
+        left = int(os.getxattr(m.path(ttl), 'user.ucm.ttl'))
+        check(3500000 < left <= 3600000, 'the TTL after a remount from the index: %d' % left)
+        # killed: no index is left, the next start reads every header and finds the same
+        os.setxattr(m.path(ttl), 'user.ucm.ttl', b'7200000')
+        m.kill9()
+        check(index_files(m) == [], 'an index appeared without a clean stop')
+        m.start()
+        check(started_from_index(m) == 0, 'blocks taken from an index after a SIGKILL')
+        verify_all(m, blocks, 'after SIGKILL and a start without the index')
+        left = int(os.getxattr(m.path(ttl), 'user.ucm.ttl'))
+        check(7100000 < left <= 7200000, 'the TTL set after the start from the index: %d' % left)
+
+
 def test_empty_block_persists():
     with Mount() as m:
         empty, one = rand_id(), rand_id()
@@ -175,5 +231,5 @@ def test_durable_then_kill9():
 
 if __name__ == '__main__':
     run([test_mem_size_far_below_data, test_parallel_reads_of_one_streamed_block,
-         test_remount_persistence, test_empty_block_persists, test_fsync_then_kill9,
-         test_durable_then_kill9])
+         test_remount_persistence, test_remount_uses_saved_index, test_empty_block_persists,
+         test_fsync_then_kill9, test_durable_then_kill9])
