@@ -49,7 +49,8 @@
 #include "src/metrics.h"
 #include "tiers/posix_header.h"
 
-#define WILLNEED_MIN (256u << 10) /* stored bytes from which an open reads ahead all */
+#define READ_AHEAD_MIN (256u << 10) /* stored bytes from which reads are read ahead */
+#define READ_AHEAD (4u << 20)        /* how far ahead of a sequential reader */
 #define VERIFY_CHUNK (1u << 20)
 
 struct phandle {
@@ -62,6 +63,7 @@ struct phandle {
 	uint64_t size;           /* logical size (write: max(written end, declared)) */
 	uint64_t ino;
 	bool counted;            /* read: counted in its entry's opens */
+	atomic_uint_fast64_t ra_end; /* read: stored bytes asked to be read ahead, up to */
 	struct disk_header *hdr; /* read, native layout */
 	uint64_t *coff;          /* read: stored offset of each chunk (nchunks + 1 entries) */
 	pthread_mutex_t lock;    /* read: reads may run in parallel; protects cbuf, verified */
@@ -543,10 +545,6 @@ static int posix_open(struct tier *t, const struct blockid *id, unsigned flags,
 		goto err;
 	}
 	h->size = h->hdr->stored_size; /* reads address the stored payload */
-	/* a block is read whole and in order: have the kernel queue all of it at once rather
-	 * than a readahead window at a time, so the disk sees a deep queue */
-	if (h->size >= WILLNEED_MIN)
-		posix_fadvise(h->fd, (off_t)h->payload, (off_t)h->size, POSIX_FADV_WILLNEED);
 	if (h->hdr->nchunks) {
 		h->coff = malloc((h->hdr->nchunks + 1) * sizeof(*h->coff));
 		h->ctab = malloc(h->hdr->nchunks * sizeof(*h->ctab));
@@ -595,6 +593,9 @@ static int verify_whole(struct phandle *h)
 		goto out;
 	}
 	XXH3_64bits_reset(st);
+	/* all of it is read now, in order: one deep queue rather than a readahead window */
+	if (n >= READ_AHEAD_MIN)
+		posix_fadvise(h->fd, (off_t)h->payload, (off_t)n, POSIX_FADV_WILLNEED);
 	while (off < n) {
 		size_t len = n - off < VERIFY_CHUNK ? (size_t)(n - off) : VERIFY_CHUNK;
 		ssize_t r = posix_pread_full(h->fd, buf, len, h->payload + off);
@@ -639,6 +640,30 @@ static void posix_damaged(struct tier_handle *th, const char *why)
 }
 
 /* Read chunk i whole into dst and check it. 0 or -EIO. */
+/*
+ * After a read of stored bytes [off, end): keep the kernel reading READ_AHEAD ahead of a
+ * stream of reads that began at the start of the payload (a block being loaded whole, by its
+ * reader and the pipeline's worker together), so that the disk sees a deep queue rather than
+ * the default readahead window. A read elsewhere (one shard) asks for nothing: a deep queue
+ * behind it would delay the next reader's own read. Called after the read, never before.
+ */
+static void read_ahead(struct phandle *h, uint64_t off, uint64_t end)
+{
+	uint64_t ra = atomic_load(&h->ra_end), to;
+
+	if (h->size < READ_AHEAD_MIN || (off != 0 && (ra == 0 || off > ra)) ||
+	    end + READ_AHEAD / 2 <= ra)
+		return;
+	to = end + READ_AHEAD < h->size ? end + READ_AHEAD : h->size;
+	if (to <= ra || !atomic_compare_exchange_strong(&h->ra_end, &ra, to))
+		return;
+	if (ra < end)
+		ra = end;
+	if (to > ra)
+		posix_fadvise(h->fd, (off_t)(h->payload + ra), (off_t)(to - ra),
+			      POSIX_FADV_WILLNEED);
+}
+
 static int read_chunk(struct phandle *h, uint32_t i, char *dst)
 {
 	uint32_t len = h->hdr->chunk[i].len;
@@ -703,6 +728,7 @@ static ssize_t read_chunked(struct phandle *h, char *buf, size_t len, uint64_t o
 		if (rc)
 			return rc;
 	}
+	read_ahead(h, off, end);
 	return (ssize_t)len;
 }
 
@@ -740,6 +766,7 @@ static ssize_t posix_read(struct tier_handle *th, void *buf, size_t len, uint64_
 		}
 		return -EIO;
 	}
+	read_ahead(h, off, off + len);
 	if (!h->verified) {
 		/* a whole-block read: check exactly the bytes about to be returned */
 		if (XXH3_64bits(buf, len) != h->hdr->csum) {
