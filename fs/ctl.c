@@ -89,8 +89,17 @@ int ctl_getattr(struct ucmfs *fs, fuse_ino_t nid, struct stat *st)
 	return 0;
 }
 
+double ctl_attr_timeout(const struct stat *st)
+{
+	/* a directory's attributes never change (mode, owner, the start time); a file's size
+	 * does (/.ucm/stats, a query file, a block's st_blocks) */
+	return S_ISDIR(st->st_mode) ? DIR_ATTR_TIMEOUT_S : 0;
+}
+
 int ctl_lookup(struct ucmfs *fs, fuse_ino_t parent, const char *name, struct fuse_entry_param *e)
 {
+	int rc;
+
 	if (parent == NID_QUERY)
 		return query_lookup(fs, name, e);
 	for (size_t i = 1; i < sizeof(nodes) / sizeof(nodes[0]); i++) {
@@ -99,9 +108,10 @@ int ctl_lookup(struct ucmfs *fs, fuse_ino_t parent, const char *name, struct fus
 		memset(e, 0, sizeof(*e));
 		e->ino = nodes[i].nid;
 		e->generation = 1;
-		e->attr_timeout = 0;
 		e->entry_timeout = 1.0; /* fixed names never go away */
-		return ctl_getattr(fs, nodes[i].nid, &e->attr);
+		rc = ctl_getattr(fs, nodes[i].nid, &e->attr);
+		e->attr_timeout = ctl_attr_timeout(&e->attr);
+		return rc;
 	}
 	return node_of(parent) && S_ISDIR(node_of(parent)->mode) ? -ENOENT : -ENOTDIR;
 }

@@ -4,8 +4,11 @@
  * Blocks are files at the root named by 32 lowercase hex characters. Reading a block opens
  * (pins) its committed version in the pipeline; writing opens a write session there
  * (two-phase admission); the commit runs in FLUSH, so a block is visible as soon as close()
- * returns. Entries and attributes are not cached by the kernel (timeouts 0): a block can
- * vanish through eviction or expiry without the kernel being told.
+ * returns. Entries and attributes of blocks are not cached by the kernel (timeouts 0): a block
+ * can vanish through eviction or expiry, or get a new version between a lookup and an open,
+ * without the kernel being told, and a reader that takes a node over for a newer version
+ * needs the kernel to ask for its size again. Those of the directories, which never change,
+ * are kept (ctl_attr_timeout()): every path walk checks the root's.
  *
  * Every reply is sent by the handler that received the request; no lock of this file is
  * held across a reply.
@@ -202,7 +205,7 @@ static void op_getattr(fuse_req_t req, fuse_ino_t nid, struct fuse_file_info *fi
 	if (rc)
 		fuse_reply_err(req, -rc);
 	else
-		fuse_reply_attr(req, &st, 0);
+		fuse_reply_attr(req, &st, ctl_attr_timeout(&st));
 }
 
 /* Declare the size of the reservation behind fh (ftruncate, fallocate). */

@@ -105,6 +105,10 @@ int fs_block_stat(struct ucmfs *fs, struct inode *ino, struct fh *fh, struct sta
 /* fs/ctl.c: the fixed files under /.ucm */
 int ctl_lookup(struct ucmfs *fs, fuse_ino_t parent, const char *name, struct fuse_entry_param *e);
 int ctl_getattr(struct ucmfs *fs, fuse_ino_t nid, struct stat *st);
+/* How long the kernel may keep attributes st (of any node): DIR_ATTR_TIMEOUT_S for the
+ * directories, which never change, 0 for files. */
+#define DIR_ATTR_TIMEOUT_S 3600.0
+double ctl_attr_timeout(const struct stat *st);
 void ctl_root_attr(struct ucmfs *fs, struct stat *st);
 int ctl_open(struct ucmfs *fs, fuse_ino_t nid, struct fuse_file_info *fi, struct fh **out);
 

@@ -12,8 +12,8 @@
  * shares a node with readers that the page cache serves, and a reader never shares one with
  * readers of another version: an open that would detaches the node and fails -ESTALE, and
  * the kernel looks the name up again, which gives a fresh node. A reader opening a node with
- * writers (or made for a writer's retry) reads direct. A node nobody holds open takes the newer version a reader opened,
- * after its pages are dropped.
+ * writers (or made for a writer's retry) reads direct. A node nobody holds open takes the
+ * newer version a reader opened, after its pages are dropped.
  *
  * A block's node id is the address of its `struct inode`, which lives while the kernel holds
  * lookups on it (nlookup) or the daemon holds references (open handles). The small node ids

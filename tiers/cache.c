@@ -29,8 +29,8 @@
  * (deadline, id) entries. Entries go stale when a block's deadline changes or the block goes;
  * a popped entry counts only if the id's live block still has exactly that deadline, and the
  * heap is rebuilt from the map when stale entries outnumber live ones. An expired block that
- * is pinned is killed by its last close. A reservation that cannot find room waits up to dirty_wait_ms for
- * dirty blocks to become clean before it fails -ENOSPC.
+ * is pinned is killed by its last close. A reservation that cannot find room waits up to
+ * dirty_wait_ms for dirty blocks to become clean before it fails -ENOSPC.
  *
  * Locking: one mutex, c->lock, protects everything above. It is never held across a call
  * into another tier or the policy's caller; buffers are freed after it is dropped.

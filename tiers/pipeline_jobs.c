@@ -19,7 +19,8 @@
  * others in order ahead of it (from the piece after the first read, wrapping around), in
  * parallel with the readers (the tier below allows parallel reads of one handle). The worker
  * is queued at open (an open loads the block, DESIGN.md section 3) but gives the first read
- * HINT_WAIT to arrive, so that a reader of one shard finds the disk free for its own piece. When every piece is in, the worker admits the block into the cache
+ * HINT_WAIT to arrive, so that a reader of one shard finds the disk free for its own piece.
+ * When every piece is in, the worker admits the block into the cache
  * (TIER_COMMIT_LOADED|PIN, under the stripe, only if the version below is still the one read)
  * and the load leaves the in-flight map; its readers keep reading its buffer, which is now the
  * cache's pinned block (or, if admission was refused, their private copy).

@@ -331,8 +331,8 @@ static void release_room(struct posix *p, uint64_t room)
  * still holds that inode (a newer version may have replaced it since it was opened). Counted
  * once per file: whoever finds it gone already does nothing.
  */
-void posix_quarantine(struct posix *p, const char *path, const struct blockid *id, uint64_t ino,
-		       const char *why)
+void posix_quarantine(struct posix *p, const char *path, const struct blockid *id,
+		      uint64_t ino, const char *why)
 {
 	char qdir[PATH_MAX], dst[PATH_MAX];
 	const char *base = strrchr(path, '/');
@@ -639,7 +639,6 @@ static void posix_damaged(struct tier_handle *th, const char *why)
 		damaged((struct phandle *)th, why);
 }
 
-/* Read chunk i whole into dst and check it. 0 or -EIO. */
 /*
  * After a read of stored bytes [off, end): keep the kernel reading READ_AHEAD ahead of a
  * stream of reads that began at the start of the payload (a block being loaded whole, by its
@@ -664,6 +663,7 @@ static void read_ahead(struct phandle *h, uint64_t off, uint64_t end)
 			      POSIX_FADV_WILLNEED);
 }
 
+/* Read chunk i whole into dst and check it. 0 or -EIO. */
 static int read_chunk(struct phandle *h, uint32_t i, char *dst)
 {
 	uint32_t len = h->hdr->chunk[i].len;

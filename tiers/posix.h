@@ -19,9 +19,9 @@ struct posix_config {
 /*
  * Open (or create) a store: take the per-host store lock, remove this host's leftover temp
  * files, and rebuild the index from the directory tree (and the index the last clean stop of
- * this host saved: tiers/posix_scan.c). Its destroy saves that index. Returns 0, -EBUSY (another daemon of
- * this host still holds the store after lock_wait_s), or -errno of the failing system call;
- * a one-line reason is logged.
+ * this host saved: tiers/posix_scan.c); its destroy saves that index. Returns 0, -EBUSY
+ * (another daemon of this host still holds the store after lock_wait_s), or -errno of the
+ * failing system call; a one-line reason is logged.
  */
 int posix_create(const struct posix_config *cfg, struct tier **out);
 
