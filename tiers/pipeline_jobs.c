@@ -5,7 +5,9 @@
  * DESIGN
  *
  * Workers serve two queues, loads first: a reader may be waiting for a load, nobody waits for
- * a dump (except fsync, which runs its dump itself).
+ * a dump (except fsync, which runs its dump itself). They run at nice WORKER_NICE, so that
+ * the compression and writing of dumps takes the CPU the FUSE threads leave (a reader fetches
+ * the pieces it waits for itself, at its own priority).
  *
  * A dump writes the cache's committed version below (outside any lock) and publishes it under
  * the id's stripe only if that version is still the cache's live one; then marks it clean.
@@ -30,6 +32,8 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "src/clock.h"
@@ -43,6 +47,7 @@
 #define PIECE (256u << 10)
 #define HINT_WAIT_NS 2000000 /* how long the worker waits for the first read to say where */
 #define MAX_PIECES 4096
+#define WORKER_NICE 5 /* workers' nice value: mostly compression and disk writes */
 
 enum { P_TODO, P_BUSY, P_DONE };
 
@@ -152,6 +157,9 @@ static void *worker(void *arg)
 	struct pipeline *p = arg;
 
 	in_worker = true;
+	/* behind the FUSE threads for the CPU: a reader waits for them, nobody for a dump */
+	if (setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), WORKER_NICE))
+		log_debug("cannot lower the priority of a worker thread: %s", strerror(errno));
 	pthread_mutex_lock(&p->qlock);
 	for (;;) {
 		struct loading *ld = pop_load(p);
