@@ -858,6 +858,8 @@ static void pipe_metrics(struct tier *t, struct metrics *m)
 			"Loads run between two pieces of a dump instead of after it.", "",
 			c.dump_yields);
 	metrics_gauge(m, "ucmfs_disk_queue_depth", "Disk operations queued or running.",
+		      "queue=\"load\"", (double)c.load_queue);
+	metrics_gauge(m, "ucmfs_disk_queue_depth", "Disk operations queued or running.",
 		      "queue=\"dump\"", (double)c.dump_queue);
 	metrics_counter(m, "ucmfs_tier_bytes_out_total", "Bytes read from the tier.",
 			"tier=\"mem\"", counter_get(&p->mem_bytes_out));
@@ -902,6 +904,7 @@ const struct tier_ops tier_pipeline_ops = {
 void pipeline_counters(struct tier *t, struct pipeline_counters *out)
 {
 	struct pipeline *p = pipe_of(t);
+	unsigned loads = 0;
 
 	out->commits_ok = atomic_load(&p->commits_ok);
 	out->commits_incomplete = atomic_load(&p->commits_incomplete);
@@ -913,7 +916,9 @@ void pipeline_counters(struct tier *t, struct pipeline_counters *out)
 	out->spills = atomic_load(&p->spills);
 	out->streamed_opens = atomic_load(&p->streamed);
 	out->dump_yields = atomic_load(&p->dump_yields);
-	out->dump_queue = jobs_pending(p);
+	out->dump_queue = jobs_pending(p, &loads);
+	out->load_queue = loads;
+	out->dump_queue -= loads;
 }
 
 int pipeline_create(const struct pipeline_config *cfg, struct tier **out)

@@ -36,7 +36,7 @@ struct pipeline_counters {
 	uint64_t commits_ok, commits_incomplete, commits_failed;
 	uint64_t dumps, dump_errors, loads, load_errors, spills, streamed_opens;
 	uint64_t dump_yields;
-	uint64_t dump_queue;
+	uint64_t dump_queue, load_queue; /* queued or running */
 };
 void pipeline_counters(struct tier *t, struct pipeline_counters *out);
 

@@ -57,6 +57,7 @@ struct pipeline {
 	atomic_uint lqueued;           /* loads in that queue: read without qlock by dumps */
 	struct dump_job *dhead, *dtail; /* dump queue; protected by qlock */
 	unsigned queued, running;    /* jobs; protected by qlock */
+	unsigned running_loads;      /* of those running, loads; protected by qlock */
 	struct dump_job *parked;     /* dumps that kept failing (a full or read-only disk): tried
 	                              * again every PARK_RETRY_NS, after any dump that works, and
 	                              * once more at drain; protected by qlock */
@@ -95,7 +96,8 @@ int jobs_start(struct pipeline *p);
 void jobs_stop(struct pipeline *p);
 /* Wait until no job is queued or running. */
 void jobs_drain(struct pipeline *p);
-unsigned jobs_pending(struct pipeline *p);
+/* Jobs queued or running; *loads (if set): how many of them are loads. */
+unsigned jobs_pending(struct pipeline *p, unsigned *loads);
 
 /* Write the cache's version `version` of id below and mark it clean; consumes rd.
  * 0 (also when it was replaced or removed meanwhile) or the tier's error. */

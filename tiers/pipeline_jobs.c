@@ -113,8 +113,10 @@ static void yield_to_loads(struct pipeline *p)
 	for (;;) {
 		pthread_mutex_lock(&p->qlock);
 		ld = pop_load(p);
-		if (ld)
+		if (ld) {
 			p->running++;
+			p->running_loads++;
+		}
 		pthread_mutex_unlock(&p->qlock);
 		if (!ld)
 			return;
@@ -122,6 +124,7 @@ static void yield_to_loads(struct pipeline *p)
 		load_run(p, ld);
 		pthread_mutex_lock(&p->qlock);
 		p->running--;
+		p->running_loads--;
 		pthread_cond_broadcast(&p->qidle);
 		pthread_mutex_unlock(&p->qlock);
 	}
@@ -181,12 +184,14 @@ static void *worker(void *arg)
 			p->queued--;
 		}
 		p->running++;
+		p->running_loads += ld != NULL;
 		pthread_mutex_unlock(&p->qlock);
 
 		if (ld) {
 			load_run(p, ld);
 			pthread_mutex_lock(&p->qlock);
 			p->running--;
+			p->running_loads--;
 			pthread_cond_broadcast(&p->qidle);
 			continue;
 		}
@@ -299,12 +304,14 @@ void jobs_drain(struct pipeline *p)
 	pthread_mutex_unlock(&p->qlock);
 }
 
-unsigned jobs_pending(struct pipeline *p)
+unsigned jobs_pending(struct pipeline *p, unsigned *loads)
 {
 	unsigned n;
 
 	pthread_mutex_lock(&p->qlock);
 	n = p->queued + p->running;
+	if (loads)
+		*loads = atomic_load(&p->lqueued) + p->running_loads;
 	pthread_mutex_unlock(&p->qlock);
 	return n;
 }

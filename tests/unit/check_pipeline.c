@@ -530,6 +530,7 @@ START_TEST(test_pipeline_drain_puts_all_on_disk)
 	}
 	ck_assert_uint_ge(counters().dumps, N);
 	ck_assert_uint_eq(counters().dump_queue, 0);
+	ck_assert_uint_eq(counters().load_queue, 0);
 	ck_assert_uint_eq(counters().dump_errors, 0);
 }
 END_TEST
