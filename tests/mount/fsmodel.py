@@ -1671,8 +1671,10 @@ class Run:
             for x, wk in pending.items():
                 if now() - last[x] > OP_TIMEOUT * SLOW:
                     self.hang(wk)
-            if pending and not killed:
-                if self.m.proc.poll() is not None and self.killed_by_worker(expect_kill):
+            # one look at the daemon: a worker's SIGKILL may land between two (the process
+            # is still exiting at the first), and only a death seen here is judged
+            if pending and not killed and self.m.proc.poll() is not None:
+                if self.killed_by_worker(expect_kill):
                     killed = True       # its 'killed' message is still on the way
                     continue
                 self.daemon_check()
