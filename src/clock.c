@@ -7,7 +7,7 @@ static int64_t ns(clockid_t c)
 	struct timespec ts;
 
 	clock_gettime(c, &ts);
-	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+	return timespec_ns(&ts);
 }
 
 int64_t mono_ns(void)

@@ -3,9 +3,16 @@
 #define UCM_CLOCK_H
 
 #include <stdint.h>
+#include <time.h>
 
 int64_t mono_ns(void);
 int64_t wall_ns(void);
+
+/* A timespec (a clock reading, a file's st_mtim) in nanoseconds. */
+static inline int64_t timespec_ns(const struct timespec *t)
+{
+	return (int64_t)t->tv_sec * 1000000000 + t->tv_nsec;
+}
 
 /* Convert a monotonic deadline to wall-clock time and back (for on-disk TTLs). */
 int64_t mono_to_wall(int64_t mono);

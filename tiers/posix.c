@@ -525,7 +525,7 @@ static int posix_open(struct tier *t, const struct blockid *id, unsigned flags,
 		memset(&h->attr, 0, sizeof(h->attr));
 		h->attr.size = h->size;
 		h->attr.stored = (uint64_t)st.st_blocks * 512;
-		h->attr.mtime = (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec;
+		h->attr.mtime = timespec_ns(&st.st_mtim);
 		h->attr.version = h->ino;
 		h->attr.where = TIER_DISK;
 		*out = &h->base;
@@ -1078,7 +1078,7 @@ static int posix_commit(struct tier_handle *th, const struct block_meta *meta, u
 	}
 	/* the rename moved the file's ctime: the index snapshot identifies files by it */
 	if (fstat(h->fd, &st) == 0)
-		e->ctime = (int64_t)st.st_ctim.tv_sec * 1000000000 + st.st_ctim.tv_nsec;
+		e->ctime = timespec_ns(&st.st_ctim);
 	posix_index_put(p, e);
 	pthread_mutex_unlock(&p->lock);
 	h->tmp[0] = '\0';
@@ -1200,7 +1200,7 @@ static int posix_set_deadline(struct tier *t, const struct blockid *id, int64_t 
 	pthread_mutex_lock(&p->lock);
 	n = idmap_find(&p->map, id);
 	if (n && p->layout == LAYOUT_NATIVE && PE(n)->ino == (uint64_t)st.st_ino)
-		PE(n)->ctime = (int64_t)st.st_ctim.tv_sec * 1000000000 + st.st_ctim.tv_nsec;
+		PE(n)->ctime = timespec_ns(&st.st_ctim);
 	if (n) {
 		PE(n)->deadline = deadline;
 		if (deadline)

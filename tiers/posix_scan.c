@@ -36,11 +36,6 @@
 #include "tiers/posix_header.h"
 #include "tiers/posix_int.h"
 
-static int64_t ts_ns(const struct timespec *t)
-{
-	return (int64_t)t->tv_sec * 1000000000 + t->tv_nsec;
-}
-
 /* Put a new entry found at start into the index; frees it if it cannot. 0 or -ENOMEM. */
 static int add_entry(struct posix *p, struct pentry *e)
 {
@@ -167,7 +162,7 @@ static bool snapshot_take(struct posix *p, const struct snapshot *s, int dfd, co
 	r = bsearch(id->b, s->rec, s->head.count, sizeof(*r), by_id);
 	if (!r || r->ctime > s->head.saved - SNAP_SETTLE_NS ||
 	    fstatat(dfd, name, &st, AT_SYMLINK_NOFOLLOW) || !S_ISREG(st.st_mode) ||
-	    (uint64_t)st.st_ino != r->ino || ts_ns(&st.st_ctim) != r->ctime)
+	    (uint64_t)st.st_ino != r->ino || timespec_ns(&st.st_ctim) != r->ctime)
 		return false;
 	if (r->deadline && r->deadline <= wall_ns()) {
 		unlinkat(dfd, name, 0); /* expired while nobody was looking */
@@ -328,11 +323,11 @@ static int scan_block(struct posix *p, int dfd, const char *name, const char *di
 	e->node.id = *id;
 	e->phys = (uint64_t)st.st_blocks * 512;
 	e->ino = st.st_ino;
-	e->atime = ts_ns(&st.st_atim);
-	e->ctime = ts_ns(&st.st_ctim);
+	e->atime = timespec_ns(&st.st_atim);
+	e->ctime = timespec_ns(&st.st_ctim);
 	if (p->layout == LAYOUT_UCM) {
 		e->size = e->stored = (uint64_t)st.st_size;
-		e->mtime = ts_ns(&st.st_mtim);
+		e->mtime = timespec_ns(&st.st_mtim);
 	} else {
 		if (posix_pread_full(fd, raw, sizeof(raw), 0) != (ssize_t)sizeof(raw) ||
 		    disk_header_decode(raw, &hd) || !blockid_eq(&hd.id, id) ||
