@@ -105,6 +105,24 @@ static void *read_file(const char *path, size_t *len)
 	return buf;
 }
 
+/* Put a copy of block `from`'s file under block `to`'s name, as someone behind the store's
+ * back would. */
+static void copy_block_file(const struct store *s, const struct blockid *from,
+			    const struct blockid *to)
+{
+	char src[PATH_MAX], dst[PATH_MAX], dir[PATH_MAX];
+	size_t len;
+	void *buf;
+
+	path_of(s, from, src, sizeof(src));
+	buf = read_file(src, &len);
+	shard_dir(s, to, dir, sizeof(dir));
+	mkdir(dir, 0700);
+	path_of(s, to, dst, sizeof(dst));
+	write_file(dst, buf, len);
+	free(buf);
+}
+
 /* Set a file's mtime to `age_s` seconds ago. */
 static void age_file(const char *path, int age_s)
 {
@@ -273,10 +291,8 @@ START_TEST(test_posix_index_snapshot)
 	struct blockid added = ut_id(903);
 	enum { N = 40 };
 	int64_t dl = mono_ns() + 3600 * 1000000000LL;
-	char path[PATH_MAX], src[PATH_MAX], snap[PATH_MAX];
+	char path[PATH_MAX], snap[PATH_MAX];
 	struct block_attr before[N], a;
-	size_t len;
-	void *buf;
 
 	for (int i = 0; i < N; i++) {
 		struct blockid id = ut_id(100 + (uint64_t)i);
@@ -297,17 +313,7 @@ START_TEST(test_posix_index_snapshot)
 	flip_byte(path, native ? 35 : 10);
 	path_of(&s, &gone, path, sizeof(path));
 	ck_assert_int_eq(unlink(path), 0);
-	path_of(&s, &fresh, src, sizeof(src));
-	buf = read_file(src, &len);
-	path_of(&s, &added, path, sizeof(path));
-	{
-		char dir[PATH_MAX];
-
-		shard_dir(&s, &added, dir, sizeof(dir));
-		mkdir(dir, 0700);
-	}
-	write_file(path, buf, len);
-	free(buf);
+	copy_block_file(&s, &fresh, &added);
 
 	s.t = t = tu_posix(s.dir, s.layout);
 	ck_assert_int_eq(snapshot_files(&s), 0); /* taken away at start */
@@ -740,9 +746,7 @@ START_TEST(test_posix_corrupt_header_found_at_start)
 	struct store s;
 	struct tier *t = store_open(&s, LAYOUT_NATIVE);
 	struct blockid bad = ut_id(1), good = ut_id(2), swapped = ut_id(3);
-	char path[PATH_MAX], src[PATH_MAX];
-	size_t len;
-	void *buf;
+	char path[PATH_MAX];
 
 	ck_assert_int_eq(tu_put(t, &bad, 1, 20000, 0, 0, 0), 0);
 	ck_assert_int_eq(tu_put(t, &good, 1, 20000, 0, 0, 0), 0);
@@ -750,17 +754,7 @@ START_TEST(test_posix_corrupt_header_found_at_start)
 	path_of(&s, &bad, path, sizeof(path));
 	flip_byte(path, 35);
 	/* a good block file under another block's name */
-	path_of(&s, &good, src, sizeof(src));
-	buf = read_file(src, &len);
-	path_of(&s, &swapped, path, sizeof(path));
-	{
-		char dir[PATH_MAX];
-
-		shard_dir(&s, &swapped, dir, sizeof(dir));
-		mkdir(dir, 0700);
-	}
-	write_file(path, buf, len);
-	free(buf);
+	copy_block_file(&s, &good, &swapped);
 	s.t = t = tu_posix(s.dir, s.layout);
 	expect_quarantined(&s, &bad);
 	expect_quarantined(&s, &swapped);
