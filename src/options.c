@@ -17,8 +17,9 @@ static const char usage[] =
 	"  -d          debug output (implies -f)\n"
 	"  -o mem_size=SIZE, disk_size=SIZE, block_size=SIZE, max_block=SIZE,\n"
 	"     policy=clock|lru|fifo, pipeline=cache:compress:posix, compress=none|zstd[:LEVEL],\n"
-	"     shuffle=auto|none|2|4, io=aio|psync, io_depth=N, ttl=DUR, durable,\n"
-	"     layout=native|ucm, and the standard FUSE mount options (allow_other, fsname=, ...)\n"
+	"     shuffle=auto|none|2|4, io=aio|psync, io_depth=N, io_timeout=DUR, ttl=DUR,\n"
+	"     durable, layout=native|ucm, and the standard FUSE mount options (allow_other,\n"
+	"     fsname=, ...)\n"
 	"See ucmfs(8).\n";
 
 void options_defaults(struct ucm_options *o)
@@ -30,6 +31,7 @@ void options_defaults(struct ucm_options *o)
 	o->codec = CODEC_AUTO;
 	o->zstd_level = 1;
 	o->io = IO_AIO;
+	o->io_timeout_ms = 30000;
 	o->ttl_ms = TTL_NONE;
 	o->layout = LAYOUT_NATIVE;
 }
@@ -194,6 +196,16 @@ int options_apply(struct ucm_options *o, const char *opt, char *msg, size_t len)
 			return bad(msg, len, "option '%s': '%s' is not a number from 1 to 1024", key,
 				   val ? val : "");
 		o->io_depth = (unsigned)v;
+		return 0;
+	}
+	if (!strcmp(key, "io_timeout")) {
+		int64_t ms;
+
+		if (!val || parse_duration_ms(val, &ms))
+			return bad(msg, len,
+				   "option '%s': '%s' is not a duration (500ms, 30s, 2m, none)", key,
+				   val ? val : "");
+		o->io_timeout_ms = ms == TTL_NONE ? 0 : ms;
 		return 0;
 	}
 	if (!strcmp(key, "ttl")) {
@@ -433,11 +445,11 @@ size_t options_format(const struct ucm_options *o, char *buf, size_t len)
 	n = (size_t)snprintf(buf, len,
 			     "store=%s\nmountpoint=%s\nmem_size=%s\ndisk_size=%s\nblock_size=%s\n"
 			     "max_block=%s\npolicy=%s\npipeline=%s\ncompress=%s\nshuffle=%s\n"
-			     "io=%s\nio_depth=%u\nttl=%s\ndurable=%d\nlayout=%s\n",
+			     "io=%s\nio_depth=%u\nio_timeout=%lldms\nttl=%s\ndurable=%d\nlayout=%s\n",
 			     o->nstores ? store : "none", o->mountpoint ? o->mountpoint : "", mem,
 			     disk, o->block_size ? bs : "unset", mb, policies[o->policy],
 			     o->pipeline, codec, shuf, o->io == IO_AIO ? "aio" : "psync",
-			     o->io_depth, ttl, o->durable ? 1 : 0,
+			     o->io_depth, (long long)o->io_timeout_ms, ttl, o->durable ? 1 : 0,
 			     o->layout == LAYOUT_NATIVE ? "native" : "ucm");
 	return n < len ? n : len - 1;
 }

@@ -34,6 +34,7 @@ struct ucm_options {
 	int shuffle;         /* 0 = auto, 1 = none, 2 or 4 */
 	enum ucm_io io;
 	unsigned io_depth;   /* 0 = measured default */
+	int64_t io_timeout_ms; /* io=aio: a disk read not done by then fails EIO; 0 = no limit */
 	int64_t ttl_ms;      /* default TTL of new blocks; TTL_NONE = none */
 	bool durable;
 	enum ucm_layout layout;

@@ -452,30 +452,24 @@ static int c_open(struct tier *t, const struct blockid *id, unsigned flags,
 	return 0;
 }
 
-/* Decode chunk i (raw length rlen) into dst. 0 or -EIO/-ENOMEM. */
-static int decode_chunk(struct ctier *c, struct crh *h, uint32_t i, char *dst, size_t rlen)
+/* Decode chunk i, whose slen stored bytes are at src, into rlen bytes at dst. 0, -EIO. */
+static int decode_stored(struct ctier *c, struct crh *h, struct tls *t, uint32_t i,
+			 const char *src, char *dst, size_t rlen)
 {
-	struct tls *t = tls_get();
 	uint32_t slen = h->lay.chunk[i].len;
 	unsigned w = codec_width(h->lay.codec);
-	char *s, *d;
-	ssize_t n;
+	char *d;
 	size_t z;
 
-	if (!t || !(s = scratch(t, 0, slen ? slen : 1)))
-		return -ENOMEM;
-	n = tier_read(h->lh, s, slen, h->soff[i]); /* the disk tier checks the chunk */
-	if (n != (ssize_t)slen)
-		return n < 0 ? (int)n : -EIO;
 	atomic_fetch_add(&c->chunks_decoded, 1);
 	if (slen == rlen) {
-		memcpy(dst, s, rlen); /* stored raw */
+		memcpy(dst, src, rlen); /* stored raw */
 		return 0;
 	}
 	d = w > 1 ? scratch(t, 1, rlen) : dst;
 	if (!d)
 		return -ENOMEM;
-	z = ZSTD_decompressDCtx(t->dctx, d, rlen, s, slen);
+	z = ZSTD_decompressDCtx(t->dctx, d, rlen, src, slen);
 	if (ZSTD_isError(z) || z != rlen) {
 		/* right checksums, wrong content (a writer's bug, another codec version): the
 		 * file is damaged all the same, never to be tried again */
@@ -485,6 +479,31 @@ static int decode_chunk(struct ctier *c, struct crh *h, uint32_t i, char *dst, s
 	}
 	if (w > 1)
 		unshuffle_bytes(dst, d, rlen, w);
+	return 0;
+}
+
+/* Read the stored bytes of chunks [i, j) with one read below (one deep request; the disk
+ * tier checks every chunk) and decode them into dst, which holds their raw bytes. */
+static int decode_chunks(struct ctier *c, struct crh *h, uint32_t i, uint32_t j, char *dst)
+{
+	struct tls *t = tls_get();
+	uint64_t slen = h->soff[j] - h->soff[i], cs = h->lay.chunk_size;
+	char *s;
+	ssize_t n;
+
+	if (!t || !(s = scratch(t, 0, slen ? (size_t)slen : 1)))
+		return -ENOMEM;
+	n = tier_read(h->lh, s, (size_t)slen, h->soff[i]);
+	if (n != (ssize_t)slen)
+		return n < 0 ? (int)n : -EIO;
+	for (uint32_t k = i; k < j; k++) {
+		uint64_t rs = (uint64_t)k * cs, re = rs + cs < h->size ? rs + cs : h->size;
+		int rc = decode_stored(c, h, t, k, s + (h->soff[k] - h->soff[i]),
+				       dst + (rs - (uint64_t)i * cs), (size_t)(re - rs));
+
+		if (rc)
+			return rc;
+	}
 	return 0;
 }
 
@@ -515,9 +534,16 @@ static ssize_t c_read(struct tier_handle *th, void *buf, size_t len, uint64_t of
 		int rc;
 
 		if (a == rs && b == re) {
-			rc = decode_chunk(c, h, (uint32_t)i, out + (rs - off), re - rs);
+			uint64_t j = i + 1; /* and the whole chunks after it */
+
+			while (j < h->lay.nchunks && (j + 1) * cs <= end)
+				j++;
+			if (j == h->lay.nchunks - 1 && h->size <= end)
+				j++; /* the last chunk, shorter, ends at the end of the block */
+			rc = decode_chunks(c, h, (uint32_t)i, (uint32_t)j, out + (rs - off));
 			if (rc)
 				return rc;
+			i = j - 1;
 			continue;
 		}
 		pthread_mutex_lock(&h->lock);
@@ -528,7 +554,7 @@ static ssize_t c_read(struct tier_handle *th, void *buf, size_t len, uint64_t of
 				rc = -ENOMEM;
 			h->dec_chunk = UINT32_MAX;
 			if (rc == 0)
-				rc = decode_chunk(c, h, (uint32_t)i, h->dec, re - rs);
+				rc = decode_chunks(c, h, (uint32_t)i, (uint32_t)i + 1, h->dec);
 			if (rc == 0)
 				h->dec_chunk = (uint32_t)i;
 		}

@@ -63,6 +63,7 @@ struct session {
 	_Atomic int64_t ttl_ms;      /* set under p->lock by set_ttl, read at publish */
 };
 
+#define AIO_DEPTH 16 /* io=aio: IOs in flight per store (measured: docs/BENCHMARKS.md) */
 #define NO_SIZE UINT64_MAX
 #define SESSION(n) ((struct session *)((char *)(n) - offsetof(struct session, node)))
 
@@ -966,7 +967,9 @@ int pipeline_build(const struct ucm_options *o, struct tier **out)
 		.max_block = o->max_block,
 		.default_ttl_ms = o->ttl_ms,
 		.durable = o->durable,
-		.dump_threads = o->io_depth ? o->io_depth : 2,
+		/* psync: each worker has one disk IO in flight; aio: io_depth bounds the IOs
+		 * of the engine, and two workers keep the 2 vCPUs measured here busy */
+		.dump_threads = o->io == IO_PSYNC && o->io_depth ? o->io_depth : 2,
 	};
 	int rc;
 
@@ -990,6 +993,9 @@ int pipeline_build(const struct ucm_options *o, struct tier **out)
 			.durable = o->durable,
 			.capacity = o->disk_size,
 			.lock_wait_s = 120,
+			.aio = o->io == IO_AIO,
+			.io_depth = o->io_depth ? o->io_depth : AIO_DEPTH,
+			.io_timeout_ns = o->io_timeout_ms * 1000000,
 		};
 		/* the compress stage always sits over the disk tier, so blocks written
 		 * compressed stay readable whatever the options; it only encodes when the
@@ -1002,8 +1008,6 @@ int pipeline_build(const struct ucm_options *o, struct tier **out)
 		};
 		struct tier *disk, *dirs[UCM_MAX_STORES];
 
-		if (o->io == IO_AIO)
-			log_info("io=aio: this version has the psync engine only; using it");
 		rc = 0;
 		for (int i = 0; i < o->nstores && rc == 0; i++) {
 			xc.root = o->stores[i];

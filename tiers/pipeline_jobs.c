@@ -19,7 +19,10 @@
  * PIECE bytes, each TODO, BUSY or DONE. Every reader fetches (or waits for) just the pieces its
  * read covers, so the first bytes come back as soon as their piece is in; a worker fetches the
  * others in order ahead of it (from the piece after the first read, wrapping around), in
- * parallel with the readers (the tier below allows parallel reads of one handle). The worker
+ * parallel with the readers (the tier below allows parallel reads of one handle), a run of
+ * up to RUN bytes of TODO pieces per read: with io=aio that read is one deep submission,
+ * and a reader who needs a piece of the run waits for the run (runs start at one piece and
+ * double: see load_run). The worker
  * is queued at open (an open loads the block, DESIGN.md section 3) but gives the first read
  * HINT_WAIT to arrive, so that a reader of one shard finds the disk free for its own piece.
  * When every piece is in, the worker admits the block into the cache
@@ -39,12 +42,14 @@
 #include "src/clock.h"
 #include "src/log.h"
 #include "tiers/cache.h"
+#include "tiers/io.h"
 #include "tiers/pipeline_int.h"
 
 #define DUMP_RETRIES 3
 #define PARK_RETRY_NS (5 * 1000000000LL)
 #define SWEEP_MS 1000
 #define PIECE (256u << 10)
+#define RUN (4u << 20) /* the worker fetches up to this much in one read (one deep request) */
 #define HINT_WAIT_NS 2000000 /* how long the worker waits for the first read to say where */
 #define MAX_PIECES 4096
 #define WORKER_NICE 5 /* workers' nice value: mostly compression and disk writes */
@@ -160,6 +165,7 @@ static void *worker(void *arg)
 	struct pipeline *p = arg;
 
 	in_worker = true;
+	io_set_background(true); /* its loads run ahead of readers, who fetch what they wait for */
 	/* behind the FUSE threads for the CPU: a reader waits for them, nobody for a dump */
 	if (setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), WORKER_NICE))
 		log_debug("cannot lower the priority of a worker thread: %s", strerror(errno));
@@ -445,14 +451,21 @@ void load_put(struct pipeline *p, struct loading *ld)
 		load_free(p, ld);
 }
 
-/* Fetch piece i, or wait while another thread does. 0 or the fetch error. */
-static int fetch_piece(struct pipeline *p, struct loading *ld, uint32_t i)
+/*
+ * Fetch piece i, or wait while another thread does; with max > 1, also the TODO pieces that
+ * follow it (up to max in all, not past the last), in one read, so that the disk sees one
+ * deep request rather than a piece at a time. *got = the pieces this call settled (>= 1).
+ * 0 or the fetch error.
+ */
+static int fetch_run(struct pipeline *p, struct loading *ld, uint32_t i, uint32_t max,
+		     uint32_t *got)
 {
-	uint64_t off = (uint64_t)i * ld->piece;
-	size_t len = ld->a.size - off < ld->piece ? (size_t)(ld->a.size - off) : ld->piece;
+	uint64_t off = (uint64_t)i * ld->piece, end;
+	uint32_t k = 1;
 	ssize_t n;
 	int rc;
 
+	*got = 1;
 	pthread_mutex_lock(&ld->lock);
 	while (ld->state[i] == P_BUSY)
 		pthread_cond_wait(&ld->cond, &ld->lock);
@@ -461,25 +474,32 @@ static int fetch_piece(struct pipeline *p, struct loading *ld, uint32_t i)
 		pthread_mutex_unlock(&ld->lock);
 		return rc;
 	}
-	ld->state[i] = P_BUSY;
+	while (k < max && i + k < ld->npieces && ld->state[i + k] == P_TODO)
+		k++;
+	for (uint32_t j = 0; j < k; j++)
+		ld->state[i + j] = P_BUSY;
 	pthread_mutex_unlock(&ld->lock);
 
-	n = tier_read(ld->lh, ld->buf + off, len, off);
+	end = (uint64_t)(i + k) * ld->piece;
+	if (end > ld->a.size)
+		end = ld->a.size;
+	n = tier_read(ld->lh, ld->buf + off, (size_t)(end - off), off);
 
 	pthread_mutex_lock(&ld->lock);
-	if (n == (ssize_t)len) {
-		ld->state[i] = P_DONE;
+	if (n == (ssize_t)(end - off)) {
 		rc = 0;
 	} else {
-		ld->state[i] = P_TODO;
 		rc = n < 0 ? (int)n : -EIO;
 		if (!ld->err) {
 			ld->err = rc;
 			atomic_fetch_add(&p->load_errors, 1);
 		}
 	}
+	for (uint32_t j = 0; j < k; j++)
+		ld->state[i + j] = rc == 0 ? P_DONE : P_TODO;
 	pthread_cond_broadcast(&ld->cond);
 	pthread_mutex_unlock(&ld->lock);
+	*got = k;
 	return rc;
 }
 
@@ -504,8 +524,16 @@ static void load_run(struct pipeline *p, struct loading *ld)
 	ld->hinted = true; /* from now on the start stays put */
 	start = ld->start;
 	pthread_mutex_unlock(&ld->lock);
-	for (uint32_t k = 0; k < ld->npieces && rc == 0; k++)
-		rc = fetch_piece(p, ld, (start + k) % ld->npieces);
+	/* runs grow from one piece: a reader's own piece (one shard) queues in the disk behind
+	 * at most one piece of the worker's, a whole-block reader soon has deep requests */
+	for (uint32_t k = 0, got, run = 1; k < ld->npieces && rc == 0; k += got) {
+		uint32_t i = (start + k) % ld->npieces;
+		uint32_t max = run < ld->npieces - k ? run : ld->npieces - k; /* not past start */
+
+		rc = fetch_run(p, ld, i, max, &got);
+		if ((uint64_t)run * 2 * ld->piece <= RUN)
+			run *= 2;
+	}
 	/* every piece must be in before the block is offered to memory */
 	pthread_mutex_lock(&ld->lock);
 	for (uint32_t i = 0; i < ld->npieces && rc == 0; i++)
@@ -739,13 +767,16 @@ int load_start(struct pipeline *p, struct loading *ld)
 	return load_wait(ld);
 }
 
-/* Fetch the pieces covering [off, end), then let the worker go on ahead. 0 or an error. */
+/* Fetch the pieces covering [off, end) (those still TODO in one read each run), with the
+ * worker going on ahead. 0 or an error. */
 static int fetch_range(struct pipeline *p, struct loading *ld, uint64_t off, uint64_t end)
 {
 	/* the first read points the worker just past itself */
 	load_hint(ld, (uint32_t)((end - 1) / ld->piece + 1) % ld->npieces);
-	for (uint64_t i = off / ld->piece; i * ld->piece < end; i++) {
-		int rc = fetch_piece(p, ld, (uint32_t)i);
+	uint32_t last = (uint32_t)((end - 1) / ld->piece), got;
+
+	for (uint32_t i = (uint32_t)(off / ld->piece); i <= last; i += got) {
+		int rc = fetch_run(p, ld, i, last - i + 1, &got);
 
 		if (rc)
 			return rc;

@@ -51,12 +51,14 @@
 
 #define READ_AHEAD_MIN (256u << 10) /* stored bytes from which reads are read ahead */
 #define READ_AHEAD (4u << 20)        /* how far ahead of a sequential reader */
-#define VERIFY_CHUNK (1u << 20)
+#define PREFETCH_MIN (1u << 20)      /* O_DIRECT: the least a stream's prefetch reads */
+#define VERIFY_CHUNK (4u << 20)
 
 struct phandle {
 	struct tier_handle base;
 	int fd;
 	bool writing;
+	bool direct;             /* read: fd is O_DIRECT, read through p->io */
 	atomic_bool verified;    /* read: the stored bytes matched their checksum */
 	struct blockid id;
 	uint64_t payload;        /* file offset of byte 0 of the block */
@@ -70,6 +72,10 @@ struct phandle {
 	char *cbuf;              /* read: the last chunk checked whole, for partial reads */
 	uint32_t cbuf_chunk;     /* which chunk cbuf holds, UINT32_MAX if none */
 	struct tier_chunk *ctab; /* read: the chunk table in tier form */
+	pthread_mutex_t pf_lock; /* read, direct: protects the four below */
+	struct io_req *pf;       /* the prefetch of stored bytes [pf_start, ...), or NULL */
+	uint64_t pf_start, pf_off; /* pf_off: the next byte a stream read takes from it */
+	uint64_t stream_end;     /* where the last read of a stream from byte 0 ended */
 	struct block_attr attr;  /* read */
 	uint64_t room;           /* write: payload bytes make_room() has allowed for */
 	uint64_t promised;       /* write: all the room promised (header too), given back at end */
@@ -102,40 +108,6 @@ static void shard_path(const struct posix *p, const struct blockid *id, char *ou
 
 	blockid_format(id, hex);
 	snprintf(out, len, "%s/%.3s", p->data, hex);
-}
-
-ssize_t posix_pread_full(int fd, void *buf, size_t len, uint64_t off)
-{
-	size_t done = 0;
-
-	while (done < len) {
-		ssize_t n = pread(fd, (char *)buf + done, len - done, (off_t)(off + done));
-
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n < 0)
-			return -errno;
-		if (n == 0)
-			break;
-		done += (size_t)n;
-	}
-	return (ssize_t)done;
-}
-
-ssize_t posix_pwrite_full(int fd, const void *buf, size_t len, uint64_t off)
-{
-	size_t done = 0;
-
-	while (done < len) {
-		ssize_t n = pwrite(fd, (const char *)buf + done, len - done, (off_t)(off + done));
-
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n < 0)
-			return -errno;
-		done += (size_t)n;
-	}
-	return (ssize_t)done;
 }
 
 int posix_fsync_dir(const char *path)
@@ -444,6 +416,7 @@ static struct phandle *new_handle(struct posix *p, const struct blockid *id)
 	h->payload = payload_off(p);
 	h->cbuf_chunk = UINT32_MAX;
 	pthread_mutex_init(&h->lock, NULL);
+	pthread_mutex_init(&h->pf_lock, NULL);
 	return h;
 }
 
@@ -459,6 +432,8 @@ static void free_handle(struct phandle *h)
 	free(h->coff);
 	free(h->cbuf);
 	free(h->ctab);
+	io_prefetch_drop(posix_of(h->base.tier)->io, h->pf);
+	pthread_mutex_destroy(&h->pf_lock);
 	pthread_mutex_destroy(&h->lock);
 	free(h);
 }
@@ -481,6 +456,14 @@ static void pin(struct posix *p, struct phandle *h, bool in)
 		}
 	}
 	pthread_mutex_unlock(&p->lock);
+}
+
+/* Read the file of a read handle: through the IO engine if it is O_DIRECT. */
+static ssize_t hread(struct phandle *h, void *buf, size_t len, uint64_t off)
+{
+	if (h->direct)
+		return io_pread(posix_of(h->base.tier)->io, h->fd, buf, len, off);
+	return io_pread_full(h->fd, buf, len, off);
 }
 
 static int posix_open(struct tier *t, const struct blockid *id, unsigned flags,
@@ -507,7 +490,12 @@ static int posix_open(struct tier *t, const struct blockid *id, unsigned flags,
 		return -ENOMEM;
 	block_path(p, id, path, sizeof(path));
 	/* O_NONBLOCK: a FIFO put in place of a block file must not park this thread */
-	h->fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+	h->direct = io_engine_direct(p->io);
+	h->fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK | (h->direct ? O_DIRECT : 0));
+	if (h->fd < 0 && errno == EINVAL && h->direct) {
+		h->direct = false; /* this one file refuses O_DIRECT: read it through the cache */
+		h->fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+	}
 	if (h->fd < 0 || fstat(h->fd, &st) || !S_ISREG(st.st_mode)) {
 		struct stat ls;
 
@@ -535,7 +523,7 @@ static int posix_open(struct tier *t, const struct blockid *id, unsigned flags,
 	rc = -ENOMEM;
 	if (!h->hdr)
 		goto err;
-	rc = (int)posix_pread_full(h->fd, raw, sizeof(raw), 0);
+	rc = (int)hread(h, raw, sizeof(raw), 0);
 	if (rc != (int)sizeof(raw) || disk_header_decode(raw, h->hdr) ||
 	    !blockid_eq(&h->hdr->id, id) ||
 	    (uint64_t)st.st_size < DISK_HEADER_SIZE + h->hdr->stored_size) {
@@ -594,11 +582,11 @@ static int verify_whole(struct phandle *h)
 	}
 	XXH3_64bits_reset(st);
 	/* all of it is read now, in order: one deep queue rather than a readahead window */
-	if (n >= READ_AHEAD_MIN)
+	if (n >= READ_AHEAD_MIN && !h->direct)
 		posix_fadvise(h->fd, (off_t)h->payload, (off_t)n, POSIX_FADV_WILLNEED);
 	while (off < n) {
 		size_t len = n - off < VERIFY_CHUNK ? (size_t)(n - off) : VERIFY_CHUNK;
-		ssize_t r = posix_pread_full(h->fd, buf, len, h->payload + off);
+		ssize_t r = hread(h, buf, len, h->payload + off);
 
 		if (r != (ssize_t)len) {
 			rc = -EIO;
@@ -650,7 +638,7 @@ static void read_ahead(struct phandle *h, uint64_t off, uint64_t end)
 {
 	uint64_t ra = atomic_load(&h->ra_end), to;
 
-	if (h->size < READ_AHEAD_MIN || (off != 0 && (ra == 0 || off > ra)) ||
+	if (h->direct || h->size < READ_AHEAD_MIN || (off != 0 && (ra == 0 || off > ra)) ||
 	    end + READ_AHEAD / 2 <= ra)
 		return;
 	to = end + READ_AHEAD < h->size ? end + READ_AHEAD : h->size;
@@ -663,20 +651,85 @@ static void read_ahead(struct phandle *h, uint64_t off, uint64_t end)
 			      POSIX_FADV_WILLNEED);
 }
 
-/* Read chunk i whole into dst and check it. 0 or -EIO. */
-static int read_chunk(struct phandle *h, uint32_t i, char *dst)
+/*
+ * Read stored bytes [so, so + len) of a chunked block. With O_DIRECT there is no kernel
+ * readahead, so the handle does its own: a stream of reads from byte 0 (a block being
+ * loaded, by its reader and the pipeline's worker together) keeps one prefetch going of the
+ * bytes after the last read, as many as it read (PREFETCH_MIN..READ_AHEAD), so that the disk
+ * reads the next piece while the caller checks and decodes this one. Bytes read or -errno.
+ */
+static ssize_t stream_read(struct phandle *h, char *dst, size_t len, uint64_t so)
 {
-	uint32_t len = h->hdr->chunk[i].len;
+	struct io_engine *e = posix_of(h->base.tier)->io;
+	size_t got = 0;
+	ssize_t n = 0;
 
-	if (posix_pread_full(h->fd, dst, len, h->payload + h->coff[i]) != (ssize_t)len) {
+	if (!h->direct)
+		return hread(h, dst, len, h->payload + so);
+	pthread_mutex_lock(&h->pf_lock);
+	if (h->pf && so == h->pf_off) {
+		const char *b;
+
+		n = io_prefetch_wait(e, h->pf, &b);
+		if (n > 0 && h->pf_start + (uint64_t)n > so) {
+			uint64_t have = h->pf_start + (uint64_t)n - so;
+
+			got = have < len ? (size_t)have : len;
+			memcpy(dst, b + (so - h->pf_start), got);
+			h->pf_off += got;
+		}
+		if (n <= 0 || h->pf_off >= h->pf_start + (uint64_t)n) {
+			io_prefetch_drop(e, h->pf);
+			h->pf = NULL;
+		}
+	}
+	pthread_mutex_unlock(&h->pf_lock);
+	if (got < len) {
+		n = hread(h, dst + got, len - got, h->payload + so + got);
+		if (n < 0)
+			return n;
+		got += (size_t)n;
+	}
+	pthread_mutex_lock(&h->pf_lock);
+	if (so == 0 || so == h->stream_end) {
+		uint64_t next = so + got, w = len < PREFETCH_MIN ? PREFETCH_MIN : len;
+
+		h->stream_end = next;
+		if (h->pf && h->pf_off != next) {
+			io_prefetch_drop(e, h->pf); /* the stream went elsewhere */
+			h->pf = NULL;
+		}
+		if (w > READ_AHEAD)
+			w = READ_AHEAD;
+		if (!h->pf && got == len && next < h->size) {
+			if (w > h->size - next)
+				w = h->size - next;
+			h->pf = io_prefetch(e, h->fd, h->payload + next, (size_t)w);
+			h->pf_start = h->pf_off = next;
+		}
+	}
+	pthread_mutex_unlock(&h->pf_lock);
+	return (ssize_t)got;
+}
+
+/* Read chunks [i, j) whole into dst with one read (one deep request) and check each.
+ * 0 or -EIO. */
+static int read_chunks(struct phandle *h, uint32_t i, uint32_t j, char *dst)
+{
+	uint64_t len = h->coff[j] - h->coff[i];
+
+	if (stream_read(h, dst, (size_t)len, h->coff[i]) != (ssize_t)len) {
 		damaged(h, "file too short");
 		return -EIO;
 	}
 	counter_add(&posix_of(h->base.tier)->bytes_read, len);
-	if (XXH3_64bits(dst, len) != h->hdr->chunk[i].csum) {
-		counter_add(&posix_of(h->base.tier)->checksum_failures, 1);
-		damaged(h, "chunk checksum mismatch");
-		return -EIO;
+	for (uint32_t k = i; k < j; k++) {
+		if (XXH3_64bits(dst + (h->coff[k] - h->coff[i]), h->hdr->chunk[k].len) !=
+		    h->hdr->chunk[k].csum) {
+			counter_add(&posix_of(h->base.tier)->checksum_failures, 1);
+			damaged(h, "chunk checksum mismatch");
+			return -EIO;
+		}
 	}
 	return 0;
 }
@@ -702,9 +755,14 @@ static ssize_t read_chunked(struct phandle *h, char *buf, size_t len, uint64_t o
 		int rc;
 
 		if (a == cs && b == ce) {
-			rc = read_chunk(h, i, buf + (cs - off));
+			uint32_t j = i + 1; /* and the whole chunks after it */
+
+			while (j < h->hdr->nchunks && h->coff[j + 1] <= end)
+				j++;
+			rc = read_chunks(h, i, j, buf + (cs - off));
 			if (rc)
 				return rc;
+			i = j - 1;
 			continue;
 		}
 		pthread_mutex_lock(&h->lock);
@@ -718,7 +776,7 @@ static ssize_t read_chunked(struct phandle *h, char *buf, size_t len, uint64_t o
 				rc = -ENOMEM;
 			h->cbuf_chunk = UINT32_MAX;
 			if (rc == 0)
-				rc = read_chunk(h, i, h->cbuf);
+				rc = read_chunks(h, i, i + 1, h->cbuf);
 			if (rc == 0)
 				h->cbuf_chunk = i;
 		}
@@ -743,7 +801,7 @@ static ssize_t posix_read(struct tier_handle *th, void *buf, size_t len, uint64_
 	if (len > h->size - off)
 		len = (size_t)(h->size - off);
 	if (h->writing)
-		return posix_pread_full(h->fd, buf, len, h->payload + off);
+		return io_pread_full(h->fd, buf, len, h->payload + off);
 	if (h->coff)
 		return read_chunked(h, buf, len, off);
 	if (!h->verified && !(off == 0 && len == h->size)) {
@@ -753,7 +811,7 @@ static ssize_t posix_read(struct tier_handle *th, void *buf, size_t len, uint64_
 		if (rc)
 			return rc;
 	}
-	n = posix_pread_full(h->fd, buf, len, h->payload + off);
+	n = hread(h, buf, len, h->payload + off);
 	if (n < 0)
 		return -EIO;
 	counter_add(&posix_of(th->tier)->bytes_read, (uint64_t)n);
@@ -911,12 +969,12 @@ static ssize_t posix_write(struct tier_handle *th, const void *buf, size_t len, 
 		h->promised += room - h->room;
 		h->room = room;
 	}
-	n = posix_pwrite_full(h->fd, buf, len, h->payload + off);
+	n = io_pwrite_full(h->fd, buf, len, h->payload + off);
 	if ((n == -ENOSPC || n == -EDQUOT) &&
 	    make_room(posix_of(th->tier), buf_round(len) + (1u << 20)) == 0) {
 		/* the filesystem filled up (others write to it too): free a little, once */
 		h->promised += buf_round(len) + (1u << 20);
-		n = posix_pwrite_full(h->fd, buf, len, h->payload + off);
+		n = io_pwrite_full(h->fd, buf, len, h->payload + off);
 	}
 	if (n < 0)
 		return io_error((int)n);
@@ -978,7 +1036,7 @@ static int payload_checksum(struct phandle *h, uint64_t size, uint64_t *out)
 	XXH3_64bits_reset(h->xx);
 	while (off < size) {
 		size_t len = size - off < VERIFY_CHUNK ? (size_t)(size - off) : VERIFY_CHUNK;
-		ssize_t n = posix_pread_full(h->fd, buf, len, h->payload + off);
+		ssize_t n = io_pread_full(h->fd, buf, len, h->payload + off);
 
 		if (n < 0) {
 			free(buf);
@@ -1035,7 +1093,7 @@ static int posix_commit(struct tier_handle *th, const struct block_meta *meta, u
 			rc = payload_checksum(h, hd->stored_size, &hd->csum);
 		if (rc == 0) {
 			disk_header_encode(hd, raw);
-			rc = (int)posix_pwrite_full(h->fd, raw, DISK_HEADER_SIZE, 0);
+			rc = (int)io_pwrite_full(h->fd, raw, DISK_HEADER_SIZE, 0);
 			if (rc >= 0)
 				rc = ftruncate(h->fd,
 					       (off_t)(DISK_HEADER_SIZE + buf_round(hd->stored_size)))
@@ -1180,13 +1238,13 @@ static int posix_set_deadline(struct tier *t, const struct blockid *id, int64_t 
 			rc = -ENOMEM;
 		else if (fd < 0)
 			rc = errno == ENOENT ? -ENOENT : -EIO;
-		else if (posix_pread_full(fd, raw, DISK_HEADER_SIZE, 0) != DISK_HEADER_SIZE ||
+		else if (io_pread_full(fd, raw, DISK_HEADER_SIZE, 0) != DISK_HEADER_SIZE ||
 			 disk_header_decode(raw, hd))
 			rc = -EIO;
 		if (rc == 0) {
 			hd->deadline = deadline ? mono_to_wall(deadline) : 0;
 			disk_header_encode(hd, raw);
-			if (posix_pwrite_full(fd, raw, DISK_HEADER_SIZE, 0) != DISK_HEADER_SIZE ||
+			if (io_pwrite_full(fd, raw, DISK_HEADER_SIZE, 0) != DISK_HEADER_SIZE ||
 			    fstat(fd, &st))
 				rc = -EIO;
 		}
@@ -1318,6 +1376,7 @@ static void posix_destroy(struct tier *t)
 	struct posix *p = posix_of(t);
 
 	posix_save_index(p);
+	io_engine_destroy(p->io);
 	idmap_foreach_safe(&p->map, drop_entry, &p->map);
 	idmap_destroy(&p->map);
 	dlheap_free(&p->deadlines);
@@ -1377,6 +1436,7 @@ static void posix_metrics(struct tier *t, struct metrics *m)
 	metrics_counter(m, "ucmfs_skipped_entries_total",
 			"Entries of the store that are not block files, skipped at start.", store,
 			atomic_load(&p->skipped));
+	io_engine_metrics(p->io, m, store);
 }
 
 void posix_counters(struct tier *t, struct posix_counters *out)
@@ -1467,6 +1527,34 @@ static int make_dir(const char *path)
 	return 0;
 }
 
+/* The IO engine of read handles: aio if asked for and the filesystem of STORE takes
+ * O_DIRECT, else psync (said once in the log). 0 or -errno. */
+static int start_io(struct posix *p, const struct posix_config *cfg)
+{
+	struct io_config ic = { .aio = cfg->aio, .depth = cfg->io_depth,
+				.timeout_ns = cfg->io_timeout_ns,
+				.test_stall_ns = cfg->io_test_stall_ns };
+	int rc;
+
+	if (ic.aio && (rc = io_probe_direct(p->data, p->host)) != 0) {
+		log_info("io=aio: STORE %s does not take O_DIRECT (%s); using io=psync for it",
+			 p->root, strerror(-rc));
+		ic.aio = false;
+	}
+	if (ic.aio) {
+		rc = io_engine_create(&ic, &p->io);
+		if (rc == 0)
+			return 0;
+		log_info("io=aio: no AIO context for STORE %s (%s); using io=psync for it",
+			 p->root, strerror(-rc));
+		ic.aio = false;
+	}
+	rc = io_engine_create(&ic, &p->io);
+	if (rc)
+		log_err("STORE %s: cannot start its IO engine: %s", p->root, strerror(-rc));
+	return rc;
+}
+
 int posix_create(const struct posix_config *cfg, struct tier **out)
 {
 	struct posix *p = calloc(1, sizeof(*p));
@@ -1526,6 +1614,8 @@ int posix_create(const struct posix_config *cfg, struct tier **out)
 	}
 	if (rc == 0)
 		rc = lock_store(p, cfg->lock_wait_s);
+	if (rc == 0)
+		rc = start_io(p, cfg);
 	if (rc == 0)
 		rc = posix_scan(p);
 	if (rc)

@@ -14,6 +14,10 @@ struct posix_config {
 	bool durable;            /* every commit is durable before it returns */
 	uint64_t capacity;       /* physical bytes; 0 = keep 5% of the filesystem free */
 	unsigned lock_wait_s;    /* how long to wait for a previous daemon of this host */
+	bool aio;                /* reads through libaio and O_DIRECT (if STORE allows it) */
+	unsigned io_depth;       /* aio: IOs in flight */
+	int64_t io_timeout_ns;   /* aio: a read not done by then fails -EIO; 0 = no limit */
+	int64_t io_test_stall_ns; /* tests only: see struct io_config */
 };
 
 /*

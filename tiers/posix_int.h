@@ -19,6 +19,7 @@
 #include "src/dlheap.h"
 #include "src/idmap.h"
 #include "src/metrics.h"
+#include "tiers/io.h"
 #include "tiers/posix.h"
 
 #define TEMP_MARK ".tmp"
@@ -48,6 +49,7 @@ struct posix {
 	uint64_t capacity;
 	char host[HOST_NAME_MAX + 1];
 	int lock_fd;
+	struct io_engine *io;    /* how read handles read (tiers/io.h) */
 	atomic_uint_fast64_t temp_seq;
 	pthread_mutex_t lock;
 	struct idmap map;        /* protected by lock */
@@ -62,8 +64,6 @@ struct posix {
 	counter_t evictions;
 };
 
-ssize_t posix_pread_full(int fd, void *buf, size_t len, uint64_t off);
-ssize_t posix_pwrite_full(int fd, const void *buf, size_t len, uint64_t off);
 int posix_fsync_dir(const char *path);
 
 /* Make e the most recently used entry. p->lock held. */

@@ -124,7 +124,7 @@ static void snapshot_load(struct posix *p, struct snapshot *s)
 		close(fd);
 		return;
 	}
-	if (posix_pread_full(fd, s->buf, len, 0) != (ssize_t)len)
+	if (io_pread_full(fd, s->buf, len, 0) != (ssize_t)len)
 		goto bad;
 	memcpy(&s->head, s->buf, sizeof(s->head));
 	memcpy(&sum, s->buf + len - sizeof(sum), sizeof(sum));
@@ -199,7 +199,7 @@ static int snapshot_write(struct posix *p, const char *buf, size_t len)
 	fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
 	if (fd < 0)
 		return -errno;
-	w = posix_pwrite_full(fd, buf, len, 0);
+	w = io_pwrite_full(fd, buf, len, 0);
 
 	if (w != (ssize_t)len)
 		rc = w < 0 ? (int)w : -EIO;
@@ -329,7 +329,7 @@ static int scan_block(struct posix *p, int dfd, const char *name, const char *di
 		e->size = e->stored = (uint64_t)st.st_size;
 		e->mtime = timespec_ns(&st.st_mtim);
 	} else {
-		if (posix_pread_full(fd, raw, sizeof(raw), 0) != (ssize_t)sizeof(raw) ||
+		if (io_pread_full(fd, raw, sizeof(raw), 0) != (ssize_t)sizeof(raw) ||
 		    disk_header_decode(raw, &hd) || !blockid_eq(&hd.id, id) ||
 		    (uint64_t)st.st_size < DISK_HEADER_SIZE + hd.stored_size) {
 			close(fd);

@@ -674,10 +674,51 @@ def test_startup_recovery():
               'the file behind the symlink was changed')
 
 
+@case(timeout=150)
+def test_io_engines():
+    """Both IO engines load cold blocks of odd sizes byte-exact, whole and in shards at odd
+    offsets, with O_DIRECT and buffered reads; io=aio reads through libaio (its counters
+    rise), io=psync does not; /.ucm/config says which engine and timeout are in force."""
+    specs = [('pattern', 1, 1), ('pattern', 4095, 2), ('pattern', 4097, 3),
+             ('kv', 3 * MiB + 7, 4), ('kv', 16 * MiB, 5), ('pattern', 5 * MiB + 4096, 6)]
+    for engine in ('aio', 'psync'):
+        opts = 'mem_size=4M,io=%s,io_timeout=20s' % engine
+        with Mount(opts) as m:
+            blocks = write_set(m, specs)
+            m.remount()  # memory is empty: every read below loads from disk
+            config = open(m.path('.ucm/config')).read()
+            check('io=%s\n' % engine in config and 'io_timeout=20000ms\n' in config,
+                  'io=%s: /.ucm/config says %r' % (engine, config))
+            rng = random.Random(7)
+            for bid, data in sorted(blocks.items()):
+                fd = os.open(m.path(bid), os.O_RDONLY | os.O_DIRECT)
+                try:
+                    same(read_fd(fd), data, 'io=%s: block of %d bytes, O_DIRECT' % (
+                        engine, len(data)))
+                finally:
+                    os.close(fd)
+            m.remount()
+            for bid, data in sorted(blocks.items()):
+                for _ in range(3):
+                    off = rng.randrange(len(data))
+                    n = rng.randrange(1, 300 * KiB)
+                    with open(m.path(bid), 'rb', buffering=0) as f:
+                        f.seek(off)
+                        same(f.read(n), data[off:off + n], 'io=%s: %d bytes at %d of %d' % (
+                            engine, n, off, len(data)))
+            verify(m, blocks, 'io=%s, buffered' % engine)
+            reads = stat_sum(m, 'ucmfs_io_reads_total')
+            if engine == 'aio':
+                check(reads > 0, 'io=aio: ucmfs_io_reads_total = %g' % reads)
+                check(stat_sum(m, 'ucmfs_io_timeouts_total') == 0, 'io=aio: timeouts')
+            else:
+                check(reads == 0, 'io=psync: ucmfs_io_reads_total = %g' % reads)
+
+
 if __name__ == '__main__':
     run([test_corrupt_payload, test_corrupt_header, test_truncated_block_file,
          test_full_filesystem_evicts, test_full_disk_of_pins_enospc,
          test_failed_write_publishes_nothing, test_disk_size_bounds_du,
          test_disk_size_concurrent_writers,
          test_striping, test_statfs_counts_blocks, test_durable_kill9,
-         test_startup_recovery])
+         test_startup_recovery, test_io_engines])

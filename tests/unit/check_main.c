@@ -61,11 +61,13 @@ static const char *contract_name(unsigned k)
 }
 #else
 #define RUNNER "check_unit"
-/* suites of check_cache_model.c, check_compress.c, check_shuffle.c, check_buf.c */
+/* suites of check_cache_model.c, check_compress.c, check_shuffle.c, check_buf.c,
+ * check_io.c */
 Suite *cache_model_suite(void);
 Suite *compress_suite(void);
 Suite *shuffle_suite(void);
 Suite *buf_suite(void);
+Suite *io_suite(void);
 
 static const struct {
 	const char *name;
@@ -84,6 +86,7 @@ static const struct {
 	{ "compress", compress_suite },
 	{ "shuffle", shuffle_suite },
 	{ "buf", buf_suite },
+	{ "io", io_suite },
 };
 
 #define contract_count tier_contract_count

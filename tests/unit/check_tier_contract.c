@@ -5,9 +5,10 @@
  * ("tier_<name>") runs every case against factory k. A new tier gets the whole suite by
  * adding one line to `factories` (and its suite name to tests/unit/meson.build).
  *
- * Factories: the memory tier, the disk tier in both layouts, the compress stage and the
- * stripe over disk tiers on their own, pipelines stacked by hand (roomy, tight, memory
- * only), and the stacks the daemon builds from its options (pipeline_build).
+ * Factories: the memory tier, the disk tier in both layouts and with both IO engines, the
+ * compress stage and the stripe over disk tiers on their own, pipelines stacked by hand
+ * (roomy, tight, memory only), and the stacks the daemon builds from its options
+ * (pipeline_build), with either engine.
  *
  * The cases use only what every tier promises: a commit publishes exactly the bytes
  * written (contract cases write whole blocks, so a tier that checks completeness agrees),
@@ -47,6 +48,19 @@ static void open_posix(struct tfix *fx, enum ucm_layout layout)
 {
 	ut_mkdtemp(fx->dir, sizeof(fx->dir));
 	fx->t = tu_posix(fx->dir, layout);
+}
+
+/* reads through libaio with O_DIRECT: every odd size goes through the alignment rules */
+static void open_posix_native_aio(struct tfix *fx)
+{
+	ut_mkdtemp(fx->dir, sizeof(fx->dir));
+	fx->t = tu_posix_io(fx->dir, LAYOUT_NATIVE, true);
+}
+
+static void open_posix_ucm_aio(struct tfix *fx)
+{
+	ut_mkdtemp(fx->dir, sizeof(fx->dir));
+	fx->t = tu_posix_io(fx->dir, LAYOUT_UCM, true);
 }
 
 static void open_posix_native(struct tfix *fx)
@@ -147,6 +161,17 @@ static void open_built_ucm(struct tfix *fx)
 	open_built(fx, "mem_size=64M,io=psync,layout=ucm", 1);
 }
 
+/* the daemon's default engine, with loads (compressed chunks at any offset) through it */
+static void open_built_aio(struct tfix *fx)
+{
+	open_built(fx, "mem_size=1M,io=aio,io_depth=3,policy=lru", 1);
+}
+
+static void open_built_aio_ucm(struct tfix *fx)
+{
+	open_built(fx, "mem_size=1M,io=aio,layout=ucm", 1);
+}
+
 static const struct tier_factory factories[] = {
 	{ "cache", open_cache },
 	{ "posix_native", open_posix_native },
@@ -160,6 +185,10 @@ static const struct tier_factory factories[] = {
 	{ "built_tight", open_built_tight },
 	{ "built_stripe", open_built_stripe },
 	{ "built_ucm", open_built_ucm },
+	{ "posix_native_aio", open_posix_native_aio },
+	{ "posix_ucm_aio", open_posix_ucm_aio },
+	{ "built_aio", open_built_aio },
+	{ "built_aio_ucm", open_built_aio_ucm },
 };
 
 #define NFACTORIES (sizeof(factories) / sizeof(factories[0]))

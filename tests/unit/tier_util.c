@@ -205,7 +205,13 @@ struct tier *tu_cache(uint64_t capacity, unsigned dirty_wait_ms)
 
 struct tier *tu_posix(const char *dir, enum ucm_layout layout)
 {
-	struct posix_config pc = { .root = dir, .layout = layout, .lock_wait_s = 0 };
+	return tu_posix_io(dir, layout, false);
+}
+
+struct tier *tu_posix_io(const char *dir, enum ucm_layout layout, bool aio)
+{
+	struct posix_config pc = { .root = dir, .layout = layout, .lock_wait_s = 0,
+				   .aio = aio, .io_depth = 4, .io_timeout_ns = 30000000000LL };
 	struct tier *t = NULL;
 	int rc = posix_create(&pc, &t);
 

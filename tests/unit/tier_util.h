@@ -58,6 +58,8 @@ void tu_settle(struct tier *t);
 struct tier *tu_cache(uint64_t capacity, unsigned dirty_wait_ms); /* LRU */
 struct tier *tu_cache_policy(uint64_t capacity, unsigned dirty_wait_ms, enum ucm_policy policy);
 struct tier *tu_posix(const char *dir, enum ucm_layout layout);
+/* The same with the IO engine chosen: aio reads O_DIRECT through libaio (io_depth 4). */
+struct tier *tu_posix_io(const char *dir, enum ucm_layout layout, bool aio);
 
 struct tu_stack {
 	struct tier *t;         /* the pipeline */
