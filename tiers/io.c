@@ -16,6 +16,16 @@
  * queue), then waits; one completion thread reaps events in batches and wakes requesters.
  * No thread is parked per IO: a request of sixteen segments is one submit and one wait.
  *
+ * Two classes share the depth. Foreground requests (a reader waiting for its bytes) take any
+ * free slot. Background ones (the pipeline's workers loading ahead of readers, prefetches)
+ * are cut into BG_SEG segments, hold at most half the depth, and submit nothing while a
+ * foreground request is in the engine: what a foreground read finds ahead of it in the
+ * disk's queue is a few small segments, not a block. A prefetch (io_prefetch) submits what
+ * the depth allows at once and the rest when it is waited for, in the waiter's class.
+ *
+ * The engine's own memory is pooled by power-of-two size (POOL_BYTES at most kept): fresh
+ * memory costs a page fault per 4 KiB at its first use, more than the copy out of it.
+ *
  * A request not complete `timeout` after it began fails -EIO and is counted. Its segments
  * are still in the kernel's hands, so their memory must outlive them: the engine's own memory
  * is freed by the completion that comes last; the caller's pages are replaced (mmap
@@ -24,11 +34,12 @@
  * has reused. io_submit itself can block when the device's queue is full; that wait is not
  * bounded.
  *
- * Writes are not here: the disk tier writes through the page cache (pwrite) in both engines;
- * a commit's fdatasync, or the kernel's writeback, moves the bytes to the disk.
+ * Writes (io_pwrite) are always straight from the caller's memory: buffer, offset and length
+ * 4 KiB-aligned (the disk tier stages what is not); a timed-out write leaves the caller's
+ * memory alone (the kernel only reads it; the file it was for is given up).
  *
- * Locks: e->lock protects every request's and segment's state and e->inflight; never held
- * across io_submit or io_getevents.
+ * Locks: e->lock protects every request's and segment's state, the counts of IOs in flight
+ * and the pool; never held across io_submit or io_getevents.
  */
 #include "tiers/io.h"
 
@@ -49,14 +60,16 @@
 #include "src/metrics.h"
 
 #define REAP_BATCH 64
+#define WAIT_SLICE_NS 20000000 /* a waiter looks again at least this often (see wait_until) */
 #define BG_SEG (256u << 10) /* segments of background requests: what a foreground one may
 			       find ahead of it in the disk's queue, per background slot */
 
-/* The engine's own memory comes in power-of-two classes from 64 KiB to 8 MiB, a few of each
- * kept: fresh memory costs a page fault per 4 KiB at its first use, more than the copy. */
+/* The pool of the engine's own memory: power-of-two classes from 64 KiB to 8 MiB, up to
+ * POOL_KEEP buffers of each and POOL_BYTES in all kept. */
 #define POOL_MIN_SHIFT 16
 #define POOL_CLASSES 8
 #define POOL_KEEP 4
+#define POOL_BYTES (16u << 20)
 
 static __thread bool io_bg; /* this thread's requests are background ones */
 
@@ -85,6 +98,7 @@ struct io_req {
 	bool bg;                           /* background: see io_set_background() */
 	bool direct;                       /* the first dlen bytes land in the caller's memory */
 	bool waited;                       /* (prefetch) waited for: n is its result */
+	bool write;                        /* a write: always straight from the caller */
 	char *own;                         /* the engine's memory for this request */
 	size_t own_len;
 	uint64_t off, skip;                /* asked from off; skip: own + skip holds byte off */
@@ -109,8 +123,10 @@ struct io_engine {
 	bool stop;                /* e->lock */
 	void *spare[POOL_CLASSES][POOL_KEEP]; /* the engine's memory kept for reuse; e->lock */
 	unsigned nspare[POOL_CLASSES];
+	size_t spare_bytes;
 	counter_t requests, segments, bytes, errors, timeouts;
-	struct histogram lat;
+	counter_t writes, wbytes, werrors;
+	struct histogram lat, wlat;
 };
 
 ssize_t io_pread_full(int fd, void *buf, size_t len, uint64_t off)
@@ -164,8 +180,10 @@ static char *own_alloc(struct io_engine *e, size_t len, size_t *cap)
 
 	if (c < POOL_CLASSES) {
 		*cap = (size_t)1 << (POOL_MIN_SHIFT + c);
-		if (e->nspare[c])
+		if (e->nspare[c]) {
+			e->spare_bytes -= *cap;
 			return e->spare[c][--e->nspare[c]];
+		}
 	} else {
 		*cap = len;
 	}
@@ -177,10 +195,12 @@ static void own_free(struct io_engine *e, char *p, size_t cap)
 	int c = pool_class(cap);
 
 	if (p && c < POOL_CLASSES && ((size_t)1 << (POOL_MIN_SHIFT + c)) == cap &&
-	    e->nspare[c] < POOL_KEEP)
+	    e->nspare[c] < POOL_KEEP && e->spare_bytes + cap <= POOL_BYTES) {
 		e->spare[c][e->nspare[c]++] = p;
-	else
+		e->spare_bytes += cap;
+	} else {
 		free(p);
+	}
 }
 
 /* e->lock held */
@@ -303,7 +323,7 @@ bool io_engine_direct(const struct io_engine *e)
 /* Cut [start, start + span) into segments of seg bytes landing at mem (the caller's when
  * direct). */
 static unsigned add_segs(struct io_req *r, unsigned k, int fd, char *mem, uint64_t start,
-			 uint64_t span, size_t seg, bool direct)
+			 uint64_t span, size_t seg, bool direct, bool write)
 {
 	for (uint64_t o = 0; o < span; o += seg, k++) {
 		struct io_seg *s = &r->seg[k];
@@ -312,19 +332,23 @@ static unsigned add_segs(struct io_req *r, unsigned k, int fd, char *mem, uint64
 		s->mem = mem + o;
 		s->len = span - o < seg ? (size_t)(span - o) : seg;
 		s->direct = direct;
-		io_prep_pread(&s->cb, fd, s->mem, s->len, (long long)(start + o));
+		if (write)
+			io_prep_pwrite(&s->cb, fd, s->mem, s->len, (long long)(start + o));
+		else
+			io_prep_pread(&s->cb, fd, s->mem, s->len, (long long)(start + o));
 		s->cb.data = s;
 	}
 	return k;
 }
 
-/* After a timeout: keep the kernel's late transfers out of the caller's memory. */
+/* After a timeout: keep the kernel's late transfers out of the caller's memory (a write only
+ * reads it, and its late bytes go to a file its caller gives up). */
 static void shield_caller(struct io_req *r)
 {
 	for (unsigned i = 0; i < r->nseg; i++) {
 		struct io_seg *s = &r->seg[i];
 
-		if (s->direct && s->submitted && !s->done &&
+		if (s->direct && !r->write && s->submitted && !s->done &&
 		    mmap(s->mem, s->len, PROT_READ | PROT_WRITE,
 			 MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0) == MAP_FAILED)
 			log_err("io: cannot detach %zu bytes from a timed-out read: %s", s->len,
@@ -332,18 +356,25 @@ static void shield_caller(struct io_req *r)
 	}
 }
 
+/*
+ * Wait for e->cond, at most WAIT_SLICE_NS at a time (the caller looks again); false once the
+ * deadline (0: none) has passed. e->lock held. The slice is a safety net: runs of the
+ * benchmark showed, about once in five, a background prefetch waiting out its whole
+ * timeout for bytes that had arrived (a wakeup missed; not found), which the slice turns
+ * into at most 20 ms.
+ */
 static bool wait_until(struct io_engine *e, int64_t deadline)
 {
 	struct timespec ts;
-	int64_t left;
+	int64_t left = WAIT_SLICE_NS;
 
-	if (!deadline) {
-		pthread_cond_wait(&e->cond, &e->lock);
-		return true;
+	if (deadline) {
+		left = deadline - mono_ns();
+		if (left <= 0)
+			return false;
+		if (left > WAIT_SLICE_NS)
+			left = WAIT_SLICE_NS;
 	}
-	left = deadline - mono_ns();
-	if (left <= 0)
-		return false;
 	left += wall_ns();
 	ts.tv_sec = left / 1000000000;
 	ts.tv_nsec = left % 1000000000;
@@ -467,7 +498,7 @@ static long span_done(const struct io_req *r, unsigned nseg)
  * all into the engine's memory), in segments of its class's size. NULL if out of memory.
  */
 static struct io_req *plan(struct io_engine *e, int fd, void *buf, size_t len, uint64_t off,
-			   bool bg)
+			   bool bg, bool write)
 {
 	uint64_t lo = off & ~(uint64_t)(IO_ALIGN - 1);
 	uint64_t hi = (off + len + IO_ALIGN - 1) & ~(uint64_t)(IO_ALIGN - 1);
@@ -491,6 +522,7 @@ static struct io_req *plan(struct io_engine *e, int fd, void *buf, size_t len, u
 	}
 	r->refs = 1;
 	r->bg = bg;
+	r->write = write;
 	r->direct = direct;
 	r->off = off;
 	r->len = len;
@@ -499,11 +531,11 @@ static struct io_req *plan(struct io_engine *e, int fd, void *buf, size_t len, u
 	r->t0 = mono_ns();
 	r->deadline = e->cfg.timeout_ns ? r->t0 + e->cfg.timeout_ns : 0;
 	if (dlen)
-		k = add_segs(r, k, fd, buf, off, dlen, seg, true);
+		k = add_segs(r, k, fd, buf, off, dlen, seg, true, write);
 	if (own_len)
-		k = add_segs(r, k, fd, r->own, direct ? off + dlen : lo, own_len, seg, false);
+		k = add_segs(r, k, fd, r->own, direct ? off + dlen : lo, own_len, seg, false, write);
 	r->nseg = k;
-	counter_add(&e->requests, 1);
+	counter_add(write ? &e->writes : &e->requests, 1);
 	return r;
 }
 
@@ -514,7 +546,7 @@ static ssize_t result(struct io_engine *e, struct io_req *r, int rc)
 	ssize_t n;
 
 	if (done < 0) {
-		n = -EIO;
+		n = r->write && (done == -ENOSPC || done == -EDQUOT) ? (ssize_t)done : -EIO;
 	} else {
 		n = (uint64_t)done > r->skip ? (ssize_t)((uint64_t)done - r->skip) : 0;
 		if ((size_t)n > r->len)
@@ -522,14 +554,16 @@ static ssize_t result(struct io_engine *e, struct io_req *r, int rc)
 	}
 	if (rc == -ETIMEDOUT) {
 		counter_add(&e->timeouts, 1);
-		log_err("io: a read of %zu bytes at %llu did not complete in %lld ms: EIO", r->len,
-			(unsigned long long)r->off, (long long)(e->cfg.timeout_ns / 1000000));
+		log_err("io: a %s of %zu bytes at %llu did not complete in %lld ms (%u of %u IOs "
+			"still in the kernel): EIO",
+			r->write ? "write" : "read", r->len, (unsigned long long)r->off,
+			(long long)(e->cfg.timeout_ns / 1000000), r->pending, r->nseg);
 	}
 	if (n < 0)
-		counter_add(&e->errors, 1);
+		counter_add(r->write ? &e->werrors : &e->errors, 1);
 	else
-		counter_add(&e->bytes, (uint64_t)n);
-	histogram_observe(&e->lat, mono_ns() - r->t0);
+		counter_add(r->write ? &e->wbytes : &e->bytes, (uint64_t)n);
+	histogram_observe(r->write ? &e->wlat : &e->lat, mono_ns() - r->t0);
 	return n;
 }
 
@@ -567,7 +601,7 @@ ssize_t io_pread(struct io_engine *e, int fd, void *buf, size_t len, uint64_t of
 		return io_pread_full(fd, buf, len, off);
 	if (len == 0)
 		return 0;
-	r = plan(e, fd, buf, len, off, io_bg);
+	r = plan(e, fd, buf, len, off, io_bg, false);
 	if (!r)
 		return -ENOMEM;
 	rc = run(e, r);
@@ -582,14 +616,38 @@ ssize_t io_pread(struct io_engine *e, int fd, void *buf, size_t len, uint64_t of
 	return n;
 }
 
-struct io_req *io_prefetch(struct io_engine *e, int fd, uint64_t off, size_t len)
+ssize_t io_pwrite(struct io_engine *e, int fd, const void *buf, size_t len, uint64_t off)
+{
+	struct io_req *r;
+	ssize_t n;
+	int rc;
+
+	if (use_psync(e, fd))
+		return io_pwrite_full(fd, buf, len, off);
+	if (len == 0)
+		return 0;
+	if (((uintptr_t)buf | off | len) % IO_ALIGN)
+		return -EINVAL;
+	r = plan(e, fd, (void *)buf, len, off, io_bg, true);
+	if (!r)
+		return -ENOMEM;
+	rc = run(e, r);
+	pthread_mutex_lock(&e->lock);
+	n = result(e, r, rc);
+	pthread_mutex_unlock(&e->lock);
+	put(e, r);
+	return n;
+}
+
+struct io_req *io_write_start(struct io_engine *e, int fd, const void *buf, size_t len,
+			     uint64_t off)
 {
 	struct io_req *r;
 	bool late = false;
 
-	if (len == 0 || use_psync(e, fd))
+	if (len == 0 || ((uintptr_t)buf | off | len) % IO_ALIGN || use_psync(e, fd))
 		return NULL;
-	r = plan(e, fd, NULL, len, off, true);
+	r = plan(e, fd, (void *)buf, len, off, io_bg, true);
 	if (!r)
 		return NULL;
 	pthread_mutex_lock(&e->lock);
@@ -598,22 +656,98 @@ struct io_req *io_prefetch(struct io_engine *e, int fd, uint64_t off, size_t len
 	return r;
 }
 
-ssize_t io_prefetch_wait(struct io_engine *e, struct io_req *r, const char **bytes)
+ssize_t io_write_wait(struct io_engine *e, struct io_req *r)
 {
 	ssize_t n;
 	int rc;
 
-	*bytes = r->own + r->skip;
-	if (r->waited)
-		return r->n;
-	r->bg = io_bg; /* the rest goes in the class of who waits for it */
+	r->bg = io_bg;
+	if (e->cfg.timeout_ns)
+		r->deadline = mono_ns() + e->cfg.timeout_ns; /* a wait is bounded from its start */
 	rc = run(e, r);
 	pthread_mutex_lock(&e->lock);
 	n = result(e, r, rc);
 	pthread_mutex_unlock(&e->lock);
-	r->waited = true;
-	r->n = n;
+	put(e, r);
+	return n;
+}
+
+struct io_req *io_prefetch(struct io_engine *e, int fd, uint64_t off, size_t len)
+{
+	struct io_req *r;
+	bool late = false;
+
+	if (len == 0 || use_psync(e, fd))
+		return NULL;
+	r = plan(e, fd, NULL, len, off, true, false);
+	if (!r)
+		return NULL;
+	pthread_mutex_lock(&e->lock);
+	submit(e, r, false, &late);
+	pthread_mutex_unlock(&e->lock);
+	return r;
+}
+
+/* Bytes done from the start of r's span, in order, up to the first segment not yet done
+ * (*all: every byte r will have is in); -errno if a segment of that prefix failed. */
+static long span_prefix(const struct io_req *r, bool *all)
+{
+	long total = 0;
+	unsigned i;
+
+	*all = false;
+	for (i = 0; i < r->nseg; i++) {
+		const struct io_seg *s = &r->seg[i];
+
+		if (!s->done)
+			return total;
+		if (s->res < 0)
+			return s->res;
+		total += s->res;
+		if ((size_t)s->res < s->len)
+			break;
+	}
+	*all = true;
+	return total;
+}
+
+ssize_t io_prefetch_wait(struct io_engine *e, struct io_req *r, size_t want, const char **bytes)
+{
+	uint64_t need = r->skip + want;
+	bool all = false, late = false;
+	long have;
+	ssize_t n;
+
 	*bytes = r->own + r->skip;
+	if (r->waited)
+		return r->n;
+	pthread_mutex_lock(&e->lock);
+	r->bg = io_bg; /* the rest goes in the class of who waits for it */
+	if (e->cfg.timeout_ns)
+		r->deadline = mono_ns() + e->cfg.timeout_ns; /* a wait is bounded from its start */
+	for (;;) {
+		have = span_prefix(r, &all);
+		if (have < 0 || all || (uint64_t)have >= need)
+			break;
+		submit(e, r, false, &late);
+		if (!wait_until(e, r->deadline)) {
+			late = true;
+			break;
+		}
+	}
+	if (late || have < 0 || all) {
+		/* settled: the answer for good */
+		if (late)
+			r->nseg = r->submitted;
+		r->n = result(e, r, late ? -ETIMEDOUT : 0);
+		r->waited = true;
+		n = r->n;
+	} else {
+		n = (ssize_t)((uint64_t)have - r->skip);
+		if ((size_t)n > r->len)
+			n = (ssize_t)r->len;
+	}
+	pthread_mutex_unlock(&e->lock);
 	return n;
 }
 
@@ -630,6 +764,9 @@ void io_engine_stats(struct io_engine *e, struct io_stats *out)
 	out->bytes = counter_get(&e->bytes);
 	out->errors = counter_get(&e->errors);
 	out->timeouts = counter_get(&e->timeouts);
+	out->writes = counter_get(&e->writes);
+	out->wbytes = counter_get(&e->wbytes);
+	out->werrors = counter_get(&e->werrors);
 	pthread_mutex_lock(&e->lock);
 	out->inflight = e->inflight;
 	pthread_mutex_unlock(&e->lock);
@@ -650,12 +787,19 @@ void io_engine_metrics(struct io_engine *e, struct metrics *m, const char *label
 	metrics_counter(m, "ucmfs_io_read_bytes_total", "Bytes the IO engine read.", l, s.bytes);
 	metrics_counter(m, "ucmfs_io_errors_total", "Reads of the IO engine that failed.", l,
 			s.errors);
+	metrics_counter(m, "ucmfs_io_writes_total", "Writes the IO engine served.", l, s.writes);
+	metrics_counter(m, "ucmfs_io_write_bytes_total", "Bytes the IO engine wrote.", l,
+			s.wbytes);
+	metrics_counter(m, "ucmfs_io_write_errors_total", "Writes of the IO engine that failed.",
+			l, s.werrors);
 	metrics_counter(m, "ucmfs_io_timeouts_total",
-			"Reads that did not complete within io_timeout (failed EIO).", l,
+			"Reads and writes that did not complete within io_timeout (failed EIO).", l,
 			s.timeouts);
 	metrics_gauge(m, "ucmfs_io_inflight", "IOs in the kernel now.", l, (double)s.inflight);
 	metrics_histogram(m, "ucmfs_io_read_seconds", "Latency of the IO engine's reads.", l,
 			  &e->lat);
+	metrics_histogram(m, "ucmfs_io_write_seconds", "Latency of the IO engine's writes.", l,
+			  &e->wlat);
 }
 
 int io_probe_direct(const char *dir, const char *tag)

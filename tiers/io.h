@@ -6,7 +6,8 @@
  *          a request of many segments submitted at once, at most `depth` segments of all
  *          requests in flight, one completion thread, and a bounded wait. See tiers/io.c.
  *
- * Writes stay with pwrite() through the page cache in both engines (see tiers/io.c).
+ * Writes: aio writes aligned pieces O_DIRECT through the same queue (io_pwrite); the disk
+ * tier stages the rest (tiers/posix.c).
  */
 #ifndef UCM_IO_H
 #define UCM_IO_H
@@ -51,16 +52,18 @@ bool io_engine_direct(const struct io_engine *e);
  */
 ssize_t io_pread(struct io_engine *e, int fd, void *buf, size_t len, uint64_t off);
 
+struct io_req;
+
 /*
  * Prefetch: start reading [off, off + len) of fd into the engine's memory as a background
  * request (as much as the depth allows now; the rest when waited for). NULL if the engine
  * does not prefetch (psync) or is out of memory: then just read.
  */
-struct io_req;
 struct io_req *io_prefetch(struct io_engine *e, int fd, uint64_t off, size_t len);
-/* Wait for a prefetch (again: the same answer). Bytes read from off, *bytes pointing at them
- * (valid until dropped), or -EIO. */
-ssize_t io_prefetch_wait(struct io_engine *e, struct io_req *r, const char **bytes);
+/* Wait until the first `want` bytes of a prefetch are in (or all it will read). Bytes read
+ * from off so far (at least want, unless the file is shorter), *bytes pointing at them
+ * (valid until dropped), or -EIO (then for good). */
+ssize_t io_prefetch_wait(struct io_engine *e, struct io_req *r, size_t want, const char **bytes);
 /* Give a prefetch back, waited for or not (NULL is fine). */
 void io_prefetch_drop(struct io_engine *e, struct io_req *r);
 
@@ -70,11 +73,29 @@ void io_prefetch_drop(struct io_engine *e, struct io_req *r);
  */
 void io_set_background(bool on);
 
+/*
+ * Write len bytes at off. psync: pwrite. aio: buf, off and len must be multiples of IO_ALIGN
+ * (else -EINVAL) and fd O_DIRECT. Bytes written, -ENOSPC (or -EDQUOT), -EIO (also on
+ * timeout), -ENOMEM.
+ */
+ssize_t io_pwrite(struct io_engine *e, int fd, const void *buf, size_t len, uint64_t off);
+
+/*
+ * Start writing len bytes at off without waiting (as io_pwrite: aligned, O_DIRECT fd); buf
+ * must stay as it is until io_write_wait(). NULL if the engine does not (psync, unaligned,
+ * out of memory): then write with io_pwrite().
+ */
+struct io_req *io_write_start(struct io_engine *e, int fd, const void *buf, size_t len,
+			      uint64_t off);
+/* Wait for a write started by io_write_start() and give it back: as io_pwrite(). */
+ssize_t io_write_wait(struct io_engine *e, struct io_req *r);
+
 /* Samples of e under `labels` (a Prometheus label list, e.g. store="/x"). */
 void io_engine_metrics(struct io_engine *e, struct metrics *m, const char *labels);
 
 struct io_stats {
 	uint64_t requests, segments, bytes, errors, timeouts, inflight;
+	uint64_t writes, wbytes, werrors;
 };
 void io_engine_stats(struct io_engine *e, struct io_stats *out);
 

@@ -19,10 +19,10 @@
  * PIECE bytes, each TODO, BUSY or DONE. Every reader fetches (or waits for) just the pieces its
  * read covers, so the first bytes come back as soon as their piece is in; a worker fetches the
  * others in order ahead of it (from the piece after the first read, wrapping around), in
- * parallel with the readers (the tier below allows parallel reads of one handle), a run of
- * up to RUN bytes of TODO pieces per read: with io=aio that read is one deep submission,
- * and a reader who needs a piece of the run waits for the run (runs start at one piece and
- * double: see load_run). The worker
+ * parallel with the readers (the tier below allows parallel reads of one handle), so that a
+ * reader and the worker decode different pieces at once; the disk tier reads ahead of that
+ * stream (the kernel's read-ahead, or its own prefetch with io=aio), and the worker's reads
+ * are background IO (tiers/io.h), which the disk serves after the readers' own. The worker
  * is queued at open (an open loads the block, DESIGN.md section 3) but gives the first read
  * HINT_WAIT to arrive, so that a reader of one shard finds the disk free for its own piece.
  * When every piece is in, the worker admits the block into the cache
@@ -49,7 +49,6 @@
 #define PARK_RETRY_NS (5 * 1000000000LL)
 #define SWEEP_MS 1000
 #define PIECE (256u << 10)
-#define RUN (4u << 20) /* the worker fetches up to this much in one read (one deep request) */
 #define HINT_WAIT_NS 2000000 /* how long the worker waits for the first read to say where */
 #define MAX_PIECES 4096
 #define WORKER_NICE 5 /* workers' nice value: mostly compression and disk writes */
@@ -451,21 +450,14 @@ void load_put(struct pipeline *p, struct loading *ld)
 		load_free(p, ld);
 }
 
-/*
- * Fetch piece i, or wait while another thread does; with max > 1, also the TODO pieces that
- * follow it (up to max in all, not past the last), in one read, so that the disk sees one
- * deep request rather than a piece at a time. *got = the pieces this call settled (>= 1).
- * 0 or the fetch error.
- */
-static int fetch_run(struct pipeline *p, struct loading *ld, uint32_t i, uint32_t max,
-		     uint32_t *got)
+/* Fetch piece i, or wait while another thread does. 0 or the fetch error. */
+static int fetch_piece(struct pipeline *p, struct loading *ld, uint32_t i)
 {
-	uint64_t off = (uint64_t)i * ld->piece, end;
-	uint32_t k = 1;
+	uint64_t off = (uint64_t)i * ld->piece;
+	size_t len = ld->a.size - off < ld->piece ? (size_t)(ld->a.size - off) : ld->piece;
 	ssize_t n;
 	int rc;
 
-	*got = 1;
 	pthread_mutex_lock(&ld->lock);
 	while (ld->state[i] == P_BUSY)
 		pthread_cond_wait(&ld->cond, &ld->lock);
@@ -474,32 +466,25 @@ static int fetch_run(struct pipeline *p, struct loading *ld, uint32_t i, uint32_
 		pthread_mutex_unlock(&ld->lock);
 		return rc;
 	}
-	while (k < max && i + k < ld->npieces && ld->state[i + k] == P_TODO)
-		k++;
-	for (uint32_t j = 0; j < k; j++)
-		ld->state[i + j] = P_BUSY;
+	ld->state[i] = P_BUSY;
 	pthread_mutex_unlock(&ld->lock);
 
-	end = (uint64_t)(i + k) * ld->piece;
-	if (end > ld->a.size)
-		end = ld->a.size;
-	n = tier_read(ld->lh, ld->buf + off, (size_t)(end - off), off);
+	n = tier_read(ld->lh, ld->buf + off, len, off);
 
 	pthread_mutex_lock(&ld->lock);
-	if (n == (ssize_t)(end - off)) {
+	if (n == (ssize_t)len) {
+		ld->state[i] = P_DONE;
 		rc = 0;
 	} else {
+		ld->state[i] = P_TODO;
 		rc = n < 0 ? (int)n : -EIO;
 		if (!ld->err) {
 			ld->err = rc;
 			atomic_fetch_add(&p->load_errors, 1);
 		}
 	}
-	for (uint32_t j = 0; j < k; j++)
-		ld->state[i + j] = rc == 0 ? P_DONE : P_TODO;
 	pthread_cond_broadcast(&ld->cond);
 	pthread_mutex_unlock(&ld->lock);
-	*got = k;
 	return rc;
 }
 
@@ -524,16 +509,8 @@ static void load_run(struct pipeline *p, struct loading *ld)
 	ld->hinted = true; /* from now on the start stays put */
 	start = ld->start;
 	pthread_mutex_unlock(&ld->lock);
-	/* runs grow from one piece: a reader's own piece (one shard) queues in the disk behind
-	 * at most one piece of the worker's, a whole-block reader soon has deep requests */
-	for (uint32_t k = 0, got, run = 1; k < ld->npieces && rc == 0; k += got) {
-		uint32_t i = (start + k) % ld->npieces;
-		uint32_t max = run < ld->npieces - k ? run : ld->npieces - k; /* not past start */
-
-		rc = fetch_run(p, ld, i, max, &got);
-		if ((uint64_t)run * 2 * ld->piece <= RUN)
-			run *= 2;
-	}
+	for (uint32_t k = 0; k < ld->npieces && rc == 0; k++)
+		rc = fetch_piece(p, ld, (start + k) % ld->npieces);
 	/* every piece must be in before the block is offered to memory */
 	pthread_mutex_lock(&ld->lock);
 	for (uint32_t i = 0; i < ld->npieces && rc == 0; i++)
@@ -767,16 +744,13 @@ int load_start(struct pipeline *p, struct loading *ld)
 	return load_wait(ld);
 }
 
-/* Fetch the pieces covering [off, end) (those still TODO in one read each run), with the
- * worker going on ahead. 0 or an error. */
+/* Fetch the pieces covering [off, end), then let the worker go on ahead. 0 or an error. */
 static int fetch_range(struct pipeline *p, struct loading *ld, uint64_t off, uint64_t end)
 {
 	/* the first read points the worker just past itself */
 	load_hint(ld, (uint32_t)((end - 1) / ld->piece + 1) % ld->npieces);
-	uint32_t last = (uint32_t)((end - 1) / ld->piece), got;
-
-	for (uint32_t i = (uint32_t)(off / ld->piece); i <= last; i += got) {
-		int rc = fetch_run(p, ld, i, last - i + 1, &got);
+	for (uint64_t i = off / ld->piece; i * ld->piece < end; i++) {
+		int rc = fetch_piece(p, ld, (uint32_t)i);
 
 		if (rc)
 			return rc;

@@ -20,6 +20,12 @@
  * which is never held across file IO. The inode number is the version of a block file: a
  * replacement renames a new inode over the name.
  *
+ * IO goes through the store's engine (tiers/io.h). With io=aio, read handles are O_DIRECT
+ * (a stream of reads from byte 0 keeps one prefetch in flight: stream_read), and a
+ * reservation written in order from byte 0 goes to the disk O_DIRECT, its unaligned bytes
+ * through a stage (append_direct); anything else about a reservation (a write out of order,
+ * a truncate, a read) flushes the stage and goes on through the page cache.
+ *
  * Reads verify the checksum of the stored bytes before any byte is returned: a whole-block
  * read checks the buffer it filled, any other read first checks the whole file once per
  * handle. A mismatch moves the file to STORE/quarantine/ and fails with -EIO.
@@ -51,7 +57,9 @@
 
 #define READ_AHEAD_MIN (256u << 10) /* stored bytes from which reads are read ahead */
 #define READ_AHEAD (4u << 20)        /* how far ahead of a sequential reader */
-#define PREFETCH_MIN (1u << 20)      /* O_DIRECT: the least a stream's prefetch reads */
+#define PREFETCH (2u << 20)          /* O_DIRECT: a window of a stream's prefetch */
+#define STAGE (1u << 20)             /* O_DIRECT writes: bytes gathered before a write */
+#define NSTAGE 4                     /* ... and how many such writes may be in flight */
 #define VERIFY_CHUNK (4u << 20)
 
 struct phandle {
@@ -72,17 +80,30 @@ struct phandle {
 	char *cbuf;              /* read: the last chunk checked whole, for partial reads */
 	uint32_t cbuf_chunk;     /* which chunk cbuf holds, UINT32_MAX if none */
 	struct tier_chunk *ctab; /* read: the chunk table in tier form */
-	pthread_mutex_t pf_lock; /* read, direct: protects the four below */
-	struct io_req *pf;       /* the prefetch of stored bytes [pf_start, ...), or NULL */
-	uint64_t pf_start, pf_off; /* pf_off: the next byte a stream read takes from it */
-	uint64_t stream_end;     /* where the last read of a stream from byte 0 ended */
+	pthread_mutex_t pf_lock; /* read, direct: protects the three below */
+	struct io_req *pf[2];    /* prefetches of PREFETCH stored bytes from pf_start[i]: the
+				    window being read, the one after it; NULL if none */
+	uint64_t pf_start[2];
+	bool streaming;          /* byte 0 was read: the block is being read whole */
 	struct block_attr attr;  /* read */
 	uint64_t room;           /* write: payload bytes make_room() has allowed for */
 	uint64_t promised;       /* write: all the room promised (header too), given back at end */
+	int dfd;                 /* write, aio: the temp file O_DIRECT, or -1 */
+	char *stages[NSTAGE];    /* write, aio: STAGE bytes each, written in turn */
+	struct io_req *wreq[NSTAGE]; /* the write in flight from each stage, or NULL */
+	uint64_t woff[NSTAGE];   /* ... of payload bytes [woff, woff + wlen) */
+	size_t wlen[NSTAGE];
+	int werr;                /* the first failed O_DIRECT write: every later call fails */
+	unsigned cur;            /* the stage being filled: it holds [stage_off, +stage_len) */
+	uint64_t stage_off;      /* 4 KiB-aligned */
+	size_t stage_len;
 	XXH3_state_t *xx;        /* write: running checksum of bytes [0, hashed) */
 	uint64_t hashed;
 	char tmp[PATH_MAX];      /* write: temp file */
 };
+
+static int stage_flush(struct phandle *h);
+static int io_error(int rc);
 
 static struct posix *posix_of(struct tier *t)
 {
@@ -411,7 +432,7 @@ static struct phandle *new_handle(struct posix *p, const struct blockid *id)
 	if (!h)
 		return NULL;
 	h->base.tier = &p->tier;
-	h->fd = -1;
+	h->fd = h->dfd = -1;
 	h->id = *id;
 	h->payload = payload_off(p);
 	h->cbuf_chunk = UINT32_MAX;
@@ -426,13 +447,21 @@ static void free_handle(struct phandle *h)
 		release_room(posix_of(h->base.tier), h->promised);
 	if (h->fd >= 0)
 		close(h->fd);
+	if (h->dfd >= 0)
+		close(h->dfd);
+	for (unsigned i = 0; i < NSTAGE; i++) {
+		if (h->wreq[i])
+			io_write_wait(posix_of(h->base.tier)->io, h->wreq[i]); /* it reads the stage */
+		free(h->stages[i]);
+	}
 	if (h->xx)
 		XXH3_freeState(h->xx);
 	free(h->hdr);
 	free(h->coff);
 	free(h->cbuf);
 	free(h->ctab);
-	io_prefetch_drop(posix_of(h->base.tier)->io, h->pf);
+	io_prefetch_drop(posix_of(h->base.tier)->io, h->pf[0]);
+	io_prefetch_drop(posix_of(h->base.tier)->io, h->pf[1]);
 	pthread_mutex_destroy(&h->pf_lock);
 	pthread_mutex_destroy(&h->lock);
 	free(h);
@@ -506,6 +535,8 @@ static int posix_open(struct tier *t, const struct blockid *id, unsigned flags,
 		goto err;
 	}
 	h->ino = st.st_ino;
+	if (h->direct)
+		fcntl(h->fd, F_SETFL, O_DIRECT); /* a regular file: O_NONBLOCK is not for its IO */
 	pin(p, h, true);
 	if (p->layout == LAYOUT_UCM) {
 		h->size = (uint64_t)st.st_size;
@@ -651,37 +682,60 @@ static void read_ahead(struct phandle *h, uint64_t off, uint64_t end)
 			      POSIX_FADV_WILLNEED);
 }
 
+/* Start the prefetch window i at stored byte at (none past the payload). pf_lock held. */
+static void prefetch(struct phandle *h, int i, uint64_t at)
+{
+	uint64_t w = h->size - at < PREFETCH ? h->size - at : PREFETCH;
+
+	h->pf[i] = at < h->size ? io_prefetch(posix_of(h->base.tier)->io, h->fd,
+					      h->payload + at, (size_t)w)
+				: NULL;
+	h->pf_start[i] = at;
+}
+
+/* Window 0 is done with: window 1 takes its place. pf_lock held. */
+static void prefetch_shift(struct phandle *h)
+{
+	io_prefetch_drop(posix_of(h->base.tier)->io, h->pf[0]);
+	h->pf[0] = h->pf[1];
+	h->pf_start[0] = h->pf_start[1];
+	h->pf[1] = NULL;
+}
+
 /*
  * Read stored bytes [so, so + len) of a chunked block. With O_DIRECT there is no kernel
- * readahead, so the handle does its own: a stream of reads from byte 0 (a block being
- * loaded, by its reader and the pipeline's worker together) keeps one prefetch going of the
- * bytes after the last read, as many as it read (PREFETCH_MIN..READ_AHEAD), so that the disk
- * reads the next piece while the caller checks and decodes this one. Bytes read or -errno.
+ * readahead, so the handle does its own: once byte 0 was read (a block being loaded whole,
+ * by its reader and the pipeline's worker together, in no strict order), the bytes ahead are
+ * read in windows of PREFETCH bytes, two at a time. A read that falls in the first window
+ * takes its bytes from there and starts the second one if need be, so that the disk reads it
+ * while the caller checks and decodes these; windows the reads have gone past are dropped;
+ * a read before the first window reads for itself. Bytes read or -errno.
  */
 static ssize_t stream_read(struct phandle *h, char *dst, size_t len, uint64_t so)
 {
-	struct io_engine *e = posix_of(h->base.tier)->io;
 	size_t got = 0;
 	ssize_t n = 0;
 
 	if (!h->direct)
 		return hread(h, dst, len, h->payload + so);
 	pthread_mutex_lock(&h->pf_lock);
-	if (h->pf && so == h->pf_off) {
+	while (h->pf[0] && so >= h->pf_start[0] + PREFETCH)
+		prefetch_shift(h);
+	if (h->pf[0] && so >= h->pf_start[0]) {
 		const char *b;
 
-		n = io_prefetch_wait(e, h->pf, &b);
-		if (n > 0 && h->pf_start + (uint64_t)n > so) {
-			uint64_t have = h->pf_start + (uint64_t)n - so;
+		if (!h->pf[1])
+			prefetch(h, 1, h->pf_start[0] + PREFETCH);
+		n = io_prefetch_wait(posix_of(h->base.tier)->io, h->pf[0],
+				     (size_t)(so - h->pf_start[0]) + len, &b);
+		if (n > 0 && h->pf_start[0] + (uint64_t)n > so) {
+			uint64_t have = h->pf_start[0] + (uint64_t)n - so;
 
 			got = have < len ? (size_t)have : len;
-			memcpy(dst, b + (so - h->pf_start), got);
-			h->pf_off += got;
+			memcpy(dst, b + (so - h->pf_start[0]), got);
 		}
-		if (n <= 0 || h->pf_off >= h->pf_start + (uint64_t)n) {
-			io_prefetch_drop(e, h->pf);
-			h->pf = NULL;
-		}
+		if (n < 0 || (n == 0 && got == 0) || so + got >= h->pf_start[0] + PREFETCH)
+			prefetch_shift(h); /* failed (the read below says why), or used up */
 	}
 	pthread_mutex_unlock(&h->pf_lock);
 	if (got < len) {
@@ -691,23 +745,10 @@ static ssize_t stream_read(struct phandle *h, char *dst, size_t len, uint64_t so
 		got += (size_t)n;
 	}
 	pthread_mutex_lock(&h->pf_lock);
-	if (so == 0 || so == h->stream_end) {
-		uint64_t next = so + got, w = len < PREFETCH_MIN ? PREFETCH_MIN : len;
-
-		h->stream_end = next;
-		if (h->pf && h->pf_off != next) {
-			io_prefetch_drop(e, h->pf); /* the stream went elsewhere */
-			h->pf = NULL;
-		}
-		if (w > READ_AHEAD)
-			w = READ_AHEAD;
-		if (!h->pf && got == len && next < h->size) {
-			if (w > h->size - next)
-				w = h->size - next;
-			h->pf = io_prefetch(e, h->fd, h->payload + next, (size_t)w);
-			h->pf_start = h->pf_off = next;
-		}
-	}
+	if (so == 0)
+		h->streaming = true;
+	if (h->streaming && !h->pf[0] && got == len)
+		prefetch(h, 0, so + got);
 	pthread_mutex_unlock(&h->pf_lock);
 	return (ssize_t)got;
 }
@@ -800,8 +841,10 @@ static ssize_t posix_read(struct tier_handle *th, void *buf, size_t len, uint64_
 		return 0;
 	if (len > h->size - off)
 		len = (size_t)(h->size - off);
-	if (h->writing)
-		return io_pread_full(h->fd, buf, len, h->payload + off);
+	if (h->writing) {
+		rc = h->dfd >= 0 ? stage_flush(h) : 0;
+		return rc ? io_error(rc) : io_pread_full(h->fd, buf, len, h->payload + off);
+	}
 	if (h->coff)
 		return read_chunked(h, buf, len, off);
 	if (!h->verified && !(off == 0 && len == h->size)) {
@@ -945,6 +988,22 @@ static int posix_reserve(struct tier *t, const struct blockid *id, unsigned flag
 		free_handle(h);
 		return rc == -ENOSPC || rc == -EDQUOT ? -ENOSPC : rc;
 	}
+	/* aio: a stream of writes from byte 0 goes to the disk O_DIRECT (see posix_write) */
+	if (io_engine_direct(p->io)) {
+		bool mem = true;
+
+		for (unsigned i = 0; i < NSTAGE; i++)
+			mem = mem && posix_memalign((void **)&h->stages[i], IO_ALIGN, STAGE) == 0;
+		if (mem)
+			h->dfd = open(h->tmp, O_WRONLY | O_DIRECT | O_CLOEXEC);
+		/* a direct write past the end of a file waits for its size to change (ext4
+		 * does it before io_submit returns): give the file its expected size first
+		 * (commit cuts it to the bytes written) */
+		if (h->dfd >= 0 && size_hint &&
+		    fallocate(h->fd, 0, 0, (off_t)(h->payload + buf_round(size_hint))) &&
+		    errno != EOPNOTSUPP)
+			log_debug("fallocate of %s: %s", h->tmp, strerror(errno));
+	}
 	*out = &h->base;
 	return 0;
 }
@@ -952,6 +1011,128 @@ static int posix_reserve(struct tier *t, const struct blockid *id, unsigned flag
 static int io_error(int rc)
 {
 	return rc == -ENOSPC || rc == -EDQUOT ? -ENOSPC : (rc == -ENOMEM ? rc : -EIO);
+}
+
+/* Write aligned [off, off + len) of the payload O_DIRECT; on a full filesystem, free a
+ * little and try once more. len or -errno. */
+static ssize_t write_direct(struct phandle *h, const char *buf, size_t len, uint64_t off)
+{
+	struct posix *p = posix_of(h->base.tier);
+	ssize_t n = io_pwrite(p->io, h->dfd, buf, len, h->payload + off);
+
+	if ((n == -ENOSPC || n == -EDQUOT) && make_room(p, len + (1u << 20)) == 0) {
+		h->promised += len + (1u << 20);
+		n = io_pwrite(p->io, h->dfd, buf, len, h->payload + off);
+	}
+	return n;
+}
+
+/* Wait for the write from stage i, if any; one that found the filesystem full is written
+ * again once room was made. 0 or -errno. */
+static int stage_wait(struct phandle *h, unsigned i)
+{
+	struct io_req *r = h->wreq[i];
+	ssize_t n;
+
+	if (!r)
+		return h->werr;
+	h->wreq[i] = NULL;
+	n = io_write_wait(posix_of(h->base.tier)->io, r);
+	if (n == -ENOSPC || n == -EDQUOT)
+		n = write_direct(h, h->stages[i], h->wlen[i], h->woff[i]);
+	if (!h->werr && n != (ssize_t)h->wlen[i])
+		h->werr = n < 0 ? (int)n : -EIO;
+	return h->werr;
+}
+
+static int stages_wait(struct phandle *h)
+{
+	int rc = 0;
+
+	for (unsigned i = 0; i < NSTAGE; i++) {
+		int r = stage_wait(h, i);
+
+		rc = rc ? rc : r;
+	}
+	return rc;
+}
+
+/* The current stage is full: start writing it and take the next one (once its own write is
+ * done). 0 or -errno. */
+static int stage_submit(struct phandle *h)
+{
+	struct posix *p = posix_of(h->base.tier);
+	unsigned i = h->cur;
+
+	h->woff[i] = h->stage_off;
+	h->wlen[i] = STAGE;
+	h->wreq[i] = io_write_start(p->io, h->dfd, h->stages[i], STAGE, h->payload + h->stage_off);
+	if (!h->wreq[i] && !h->werr && write_direct(h, h->stages[i], STAGE, h->stage_off) != STAGE)
+		h->werr = -EIO;
+	h->stage_off += STAGE;
+	h->stage_len = 0;
+	h->cur = (i + 1) % NSTAGE;
+	return stage_wait(h, h->cur);
+}
+
+/*
+ * Write everything staged and wait for it, the last page padded with zeros, and keep that
+ * partial page staged (the next bytes of the stream complete it; it is written again).
+ * 0 or -errno.
+ */
+static int stage_flush(struct phandle *h)
+{
+	size_t whole = h->stage_len & ~(size_t)(IO_ALIGN - 1), padded = buf_round(h->stage_len);
+	char *st = h->stages[h->cur];
+	int rc = stages_wait(h);
+	ssize_t n;
+
+	if (rc || !h->stage_len)
+		return rc;
+	memset(st + h->stage_len, 0, padded - h->stage_len);
+	n = write_direct(h, st, padded, h->stage_off);
+	if (n != (ssize_t)padded)
+		return h->werr = n < 0 ? (int)n : -EIO;
+	if (whole) {
+		memmove(st, st + whole, h->stage_len - whole);
+		h->stage_off += whole;
+		h->stage_len -= whole;
+	}
+	return 0;
+}
+
+/* From now on the handle writes through the page cache: what is staged goes out first. */
+static int stop_direct(struct phandle *h)
+{
+	int rc = h->dfd >= 0 ? stage_flush(h) : h->werr;
+
+	if (h->dfd >= 0)
+		close(h->dfd);
+	h->dfd = -1;
+	return rc;
+}
+
+/* Append to the O_DIRECT stream, through the stages (the caller's buffer is its own again
+ * when write returns; the disk writes a stage while the next fills). len or -errno. */
+static ssize_t append_direct(struct phandle *h, const char *buf, size_t len)
+{
+	size_t left = len;
+
+	while (left) {
+		size_t c = STAGE - h->stage_len < left ? STAGE - h->stage_len : left;
+
+		memcpy(h->stages[h->cur] + h->stage_len, buf, c);
+		h->stage_len += c;
+		buf += c;
+		left -= c;
+		if (h->stage_len == STAGE) {
+			int rc = stage_submit(h);
+
+			if (rc)
+				return rc;
+		}
+	}
+	return (ssize_t)len;
 }
 
 static ssize_t posix_write(struct tier_handle *th, const void *buf, size_t len, uint64_t off)
@@ -969,12 +1150,18 @@ static ssize_t posix_write(struct tier_handle *th, const void *buf, size_t len, 
 		h->promised += room - h->room;
 		h->room = room;
 	}
-	n = io_pwrite_full(h->fd, buf, len, h->payload + off);
-	if ((n == -ENOSPC || n == -EDQUOT) &&
-	    make_room(posix_of(th->tier), buf_round(len) + (1u << 20)) == 0) {
-		/* the filesystem filled up (others write to it too): free a little, once */
-		h->promised += buf_round(len) + (1u << 20);
-		n = io_pwrite_full(h->fd, buf, len, h->payload + off);
+	if (h->dfd >= 0 && off == h->stage_off + h->stage_len) {
+		n = append_direct(h, buf, len);
+	} else {
+		n = stop_direct(h); /* not a stream from byte 0 (any more) */
+		if (n == 0)
+			n = io_pwrite_full(h->fd, buf, len, h->payload + off);
+		if ((n == -ENOSPC || n == -EDQUOT) &&
+		    make_room(posix_of(th->tier), buf_round(len) + (1u << 20)) == 0) {
+			/* the filesystem filled up (others write to it too): free a little, once */
+			h->promised += buf_round(len) + (1u << 20);
+			n = io_pwrite_full(h->fd, buf, len, h->payload + off);
+		}
 	}
 	if (n < 0)
 		return io_error((int)n);
@@ -993,7 +1180,10 @@ static ssize_t posix_write(struct tier_handle *th, const void *buf, size_t len, 
 static int posix_truncate(struct tier_handle *th, uint64_t size)
 {
 	struct phandle *h = (struct phandle *)th;
+	int rc = stop_direct(h);
 
+	if (rc)
+		return io_error(rc);
 	if (ftruncate(h->fd, (off_t)(h->payload + size)))
 		return io_error(-errno);
 	if (size < h->hashed)
@@ -1074,6 +1264,9 @@ static int posix_commit(struct tier_handle *th, const struct block_meta *meta, u
 	pthread_mutex_unlock(&p->lock);
 	if (!indexable)
 		goto err;
+	rc = stop_direct(h); /* every payload byte in the file before the header describes it */
+	if (rc)
+		goto err_io;
 	if (p->layout == LAYOUT_NATIVE) {
 		struct disk_header *hd = calloc(1, sizeof(*hd));
 		uint8_t *raw = malloc(DISK_HEADER_SIZE);

@@ -249,10 +249,10 @@ START_TEST(test_io_prefetch)
 		size_t want = FILE_LEN - offs[i] < 2 * IO_SEG ? FILE_LEN - offs[i] : 2 * IO_SEG;
 
 		ck_assert_ptr_nonnull(r);
-		ck_assert_int_eq(io_prefetch_wait(e, r, &b), (ssize_t)want);
+		ck_assert_int_eq(io_prefetch_wait(e, r, 2 * IO_SEG, &b), (ssize_t)want);
 		ck_assert_int_eq(memcmp(b, f.want + offs[i], want), 0);
 		/* asked again: the same answer */
-		ck_assert_int_eq(io_prefetch_wait(e, r, &b), (ssize_t)want);
+		ck_assert_int_eq(io_prefetch_wait(e, r, 2 * IO_SEG, &b), (ssize_t)want);
 		io_prefetch_drop(e, r);
 	}
 	io_prefetch_drop(e, io_prefetch(e, f.dfd, 0, 3 * IO_SEG)); /* never waited for */

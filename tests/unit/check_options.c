@@ -278,6 +278,25 @@ START_TEST(test_options_io_depth)
 }
 END_TEST
 
+START_TEST(test_options_io_timeout)
+{
+	ok_opts("mem_size=1G");
+	ck_assert_int_eq(opts.io_timeout_ms, 30000); /* the default */
+	ok_opts("io_timeout=500ms");
+	ck_assert_int_eq(opts.io_timeout_ms, 500);
+	ok_opts("io_timeout=2m");
+	ck_assert_int_eq(opts.io_timeout_ms, 120000);
+	ok_opts("io_timeout=none");
+	ck_assert_int_eq(opts.io_timeout_ms, 0);
+	ok_opts("io_timeout=0");
+	ck_assert_int_eq(opts.io_timeout_ms, 0);
+	bad_opts("io_timeout", "io_timeout");
+	bad_opts("io_timeout=soon", "io_timeout");
+	bad_opts("io_timeout=-5s", "io_timeout");
+	bad_opts("io_timeout=99999999999999999999d", "io_timeout");
+}
+END_TEST
+
 START_TEST(test_options_ttl)
 {
 	ok_opts("ttl=500ms");
@@ -517,6 +536,7 @@ Suite *options_suite(void)
 	tcase_add_test(core, test_options_pipeline);
 	tcase_add_test(core, test_options_compress);
 	tcase_add_test(core, test_options_io_depth);
+	tcase_add_test(core, test_options_io_timeout);
 	tcase_add_test(core, test_options_ttl);
 	tcase_add_test(core, test_options_fuse_passthrough);
 	tcase_add_test(core, test_options_fstab_words_ignored);

@@ -819,6 +819,70 @@ START_TEST(test_posix_corrupt_payload_first_byte)
 }
 END_TEST
 
+/*
+ * io=aio writes a stream from byte 0 O_DIRECT, through a 1 MiB stage for what is not whole
+ * aligned pages: pieces of every size and alignment, a read of the reservation in the
+ * middle (the stage goes out first), an overwrite of bytes already written (the handle
+ * goes on through the page cache) and a truncate all leave exactly the bytes written.
+ */
+static void aio_write_case(enum ucm_layout layout, int variant)
+{
+	static const size_t pieces[] = { 1, 4095, 4097, 100000, (1u << 20) + 3, 5000, 8192,
+					 (2u << 20), 12345 };
+	const uint64_t size = 7 * (1u << 20) + 1234;
+	struct blockid id = ut_id(100 + (uint64_t)variant);
+	char dir[PATH_MAX], *buf = aligned_alloc(4096, (size + 8191) & ~(uint64_t)4095);
+	struct tier_handle *h;
+	struct block_meta m = tu_meta(size, 0);
+	struct tier *t;
+	uint64_t off = 0;
+	size_t k = 0;
+
+	ut_mkdtemp(dir, sizeof(dir));
+	t = tu_posix_io(dir, layout, true);
+	ut_fill(&id, 7, buf, size, 0);
+	ck_assert_int_eq(t->ops->reserve(t, &id, 0, size, &h), 0);
+	if (variant == 2) {
+		/* wrong bytes first in [0, 64K), written over once the stream has gone on */
+		ut_fill(&id, 99, buf, 65536, 0);
+	}
+	while (off < size) {
+		size_t n = pieces[k++ % (sizeof(pieces) / sizeof(pieces[0]))];
+
+		if (n > size - off)
+			n = (size_t)(size - off);
+		ck_assert_int_eq(t->ops->write(h, buf + off, n, off), (ssize_t)n);
+		off += n;
+		if (variant == 1 && k == 4)
+			tu_check_read(h, &id, 7, off, 0, off); /* the reservation so far */
+		if (variant == 2 && k == 5) {
+			ut_fill(&id, 7, buf, 65536, 0);
+			ck_assert_int_eq(t->ops->write(h, buf, 65536, 0), 65536);
+		}
+		if (variant == 3 && k == 3) {
+			/* cut back into what is staged, then go on from there */
+			ck_assert_int_eq(t->ops->truncate(h, off - 3000), 0);
+			off -= 3000;
+		}
+	}
+	ck_assert_int_eq(t->ops->commit(h, &m, 0, NULL), 0);
+	tu_expect(t, &id, 7, size);
+	tier_destroy(t);
+	t = tu_posix_io(dir, layout, false); /* read back by the other engine after a restart */
+	tu_expect(t, &id, 7, size);
+	tier_destroy(t);
+	free(buf);
+}
+
+START_TEST(test_posix_aio_writes)
+{
+	for (int v = 0; v < 4; v++) {
+		aio_write_case(LAYOUT_NATIVE, v);
+		aio_write_case(LAYOUT_UCM, v);
+	}
+}
+END_TEST
+
 START_TEST(test_posix_padding_is_not_payload)
 {
 	struct store s;
@@ -1118,6 +1182,7 @@ Suite *posix_suite(void)
 	tcase_add_test(errors, test_posix_corrupt_payload_partial_read);
 	tcase_add_test(errors, test_posix_corrupt_payload_first_byte);
 	tcase_add_test(errors, test_posix_padding_is_not_payload);
+	tcase_add_test(errors, test_posix_aio_writes);
 	tcase_add_test(errors, test_posix_truncated_file_quarantined);
 	tcase_add_test(errors, test_posix_truncated_after_open);
 	tcase_add_test(errors, test_posix_not_a_directory);
