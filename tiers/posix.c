@@ -1274,6 +1274,7 @@ static int posix_commit(struct tier_handle *th, const struct block_meta *meta, u
 		if (!hd || !raw) {
 			free(hd);
 			free(raw);
+			rc = -ENOMEM;
 			goto err;
 		}
 		hd->id = h->id;

@@ -369,17 +369,18 @@ def test_verify_layouts_and_stripes():
     s1, s2 = os.path.join(m.tmp, 'disk1'), os.path.join(m.tmp, 'disk2')
     m.store = s1 + ':' + s2
     with m:
-        ids = put_blocks(m, 8, 64 * KiB)
+        # random ids: 24 of them leave a disk empty once in 8 million runs (8: 1 in 128)
+        ids = put_blocks(m, 24, 64 * KiB)
         m.unmount()
         out, _ = ucmctl('verify', m.store)
         s = verify_summary(out)
-        check('8 blocks' in s and '8 ok' in s and 'disk1 (layout=native)' in out and
+        check('24 blocks' in s and '24 ok' in s and 'disk1 (layout=native)' in out and
               'disk2 (layout=native)' in out, 'striped verify:\n' + out)
         on = [b for b in ids if os.path.exists(block_file(s2, b))]
-        check(on and len(on) < 8, 'the stripe put %d of 8 blocks on disk2' % len(on))
+        check(on and len(on) < 24, 'the stripe put %d of 24 blocks on disk2' % len(on))
         flip(block_file(s2, on[0]), 4096 + 5)
         out, _ = ucmctl('verify', m.store, rc=1)
-        check(block_file(s2, on[0]) in out and '7 ok, 1 damaged' in verify_summary(out),
+        check(block_file(s2, on[0]) in out and '23 ok, 1 damaged' in verify_summary(out),
               'striped damage:\n' + out)
         # the progress bar, on a terminal
         rc, out, tty = on_tty('verify', s1)
