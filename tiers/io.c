@@ -359,9 +359,10 @@ static void shield_caller(struct io_req *r)
 /*
  * Wait for e->cond, at most WAIT_SLICE_NS at a time (the caller looks again); false once the
  * deadline (0: none) has passed. e->lock held. The slice is a safety net: runs of the
- * benchmark showed, about once in five, a background prefetch waiting out its whole
- * timeout for bytes that had arrived (a wakeup missed; not found), which the slice turns
- * into at most 20 ms.
+ * benchmark showed, about once in five, a prefetch waiting out its whole timeout for bytes
+ * that had arrived. One cause was found (io_prefetch_wait slept after a submit, which drops
+ * the lock, without looking whether what it submitted had completed meanwhile); the slice
+ * turns any other missed wakeup into at most 20 ms.
  */
 static bool wait_until(struct io_engine *e, int64_t deadline)
 {
@@ -726,10 +727,14 @@ ssize_t io_prefetch_wait(struct io_engine *e, struct io_req *r, size_t want, con
 	if (e->cfg.timeout_ns)
 		r->deadline = mono_ns() + e->cfg.timeout_ns; /* a wait is bounded from its start */
 	for (;;) {
+		unsigned before = r->submitted;
+
 		have = span_prefix(r, &all);
 		if (have < 0 || all || (uint64_t)have >= need)
 			break;
 		submit(e, r, false, &late);
+		if (r->submitted != before)
+			continue; /* submit let go of the lock: what it started may be done */
 		if (!wait_until(e, r->deadline)) {
 			late = true;
 			break;
