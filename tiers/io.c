@@ -620,8 +620,6 @@ ssize_t io_pread(struct io_engine *e, int fd, void *buf, size_t len, uint64_t of
 ssize_t io_pwrite(struct io_engine *e, int fd, const void *buf, size_t len, uint64_t off)
 {
 	struct io_req *r;
-	ssize_t n;
-	int rc;
 
 	if (use_psync(e, fd))
 		return io_pwrite_full(fd, buf, len, off);
@@ -629,15 +627,8 @@ ssize_t io_pwrite(struct io_engine *e, int fd, const void *buf, size_t len, uint
 		return 0;
 	if (((uintptr_t)buf | off | len) % IO_ALIGN)
 		return -EINVAL;
-	r = plan(e, fd, (void *)buf, len, off, io_bg, true);
-	if (!r)
-		return -ENOMEM;
-	rc = run(e, r);
-	pthread_mutex_lock(&e->lock);
-	n = result(e, r, rc);
-	pthread_mutex_unlock(&e->lock);
-	put(e, r);
-	return n;
+	r = io_write_start(e, fd, buf, len, off);
+	return r ? io_write_wait(e, r) : -ENOMEM;
 }
 
 struct io_req *io_write_start(struct io_engine *e, int fd, const void *buf, size_t len,

@@ -29,6 +29,7 @@
 #include <zstd.h>
 
 #include "src/blockid.h"
+#include "tiers/io.h"
 #include "tiers/posix_header.h"
 #include "tiers/tier.h"
 
@@ -182,24 +183,6 @@ static void count_one(struct verify *v, const char *dir, const char *shard, cons
 
 /* --- checking one block ---------------------------------------------------------------- */
 
-static ssize_t read_full(int fd, void *buf, size_t len, uint64_t off)
-{
-	size_t done = 0;
-
-	while (done < len) {
-		ssize_t n = pread(fd, (char *)buf + done, len - done, (off_t)(off + done));
-
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n < 0)
-			return -errno;
-		if (n == 0)
-			break;
-		done += (size_t)n;
-	}
-	return (ssize_t)done;
-}
-
 /* Read stored bytes [off, off + len) of a native block into the whole-payload checksum:
  * "" or what is wrong. */
 static const char *check_span(struct verify *v, int fd, uint64_t off, uint64_t len,
@@ -207,7 +190,7 @@ static const char *check_span(struct verify *v, int fd, uint64_t off, uint64_t l
 {
 	while (len) {
 		size_t n = len < READ_CHUNK ? (size_t)len : READ_CHUNK;
-		ssize_t r = read_full(fd, v->buf, n, off);
+		ssize_t r = io_pread_full(fd, v->buf, n, off);
 
 		if (r != (ssize_t)n)
 			return r < 0 ? "read error" : "file shorter than its payload";
@@ -234,7 +217,7 @@ static const char *check_native(struct verify *v, int fd, const struct stat *st,
 		goto out;
 	}
 	XXH3_64bits_reset(whole);
-	r = read_full(fd, raw, sizeof(raw), 0);
+	r = io_pread_full(fd, raw, sizeof(raw), 0);
 	if (r != (ssize_t)sizeof(raw)) {
 		bad = r < 0 ? "read error in the header" : "shorter than its 4 KiB header";
 		goto out;
@@ -270,7 +253,7 @@ static const char *check_native(struct verify *v, int fd, const struct stat *st,
 			if (!grow(&v->raw, &v->raw_len, h->raw_size ? h->raw_size : 1) ||
 			    !grow(&v->buf, &v->buf_len, h->stored_size ? h->stored_size : 1)) {
 				bad = "out of memory";
-			} else if (read_full(fd, v->buf, h->stored_size, off) !=
+			} else if (io_pread_full(fd, v->buf, h->stored_size, off) !=
 					   (ssize_t)h->stored_size ||
 				   ZSTD_decompressDCtx(v->dctx, v->raw, h->raw_size, v->buf,
 						       h->stored_size) != h->raw_size) {
@@ -288,7 +271,7 @@ static const char *check_native(struct verify *v, int fd, const struct stat *st,
 			bad = "out of memory";
 			break;
 		}
-		r = read_full(fd, v->buf, len, off);
+		r = io_pread_full(fd, v->buf, len, off);
 		if (r != (ssize_t)len) {
 			bad = r < 0 ? "read error" : "file shorter than its payload";
 			break;
