@@ -136,7 +136,7 @@ static int pipe_open(struct tier *t, const struct blockid *id, unsigned flags,
 		 * the disk's (not written yet), so the disk's is no answer */
 		if (rc != -ENOENT || !p->below)
 			break;
-		rc = load_open(p, id, &h->ld, &h->in);
+		rc = load_open(p, id, flags & TIER_OPEN_INTERNAL, &h->ld, &h->in);
 		if (rc || h->in)
 			break; /* an error, or reading straight from below */
 		if (!(flags & TIER_OPEN_INTERNAL)) {

@@ -111,9 +111,11 @@ void enqueue_dump(struct pipeline *p, struct tier_handle *rd, const struct block
  * Open id from below for reading through the memory tier. Joins the load of id in flight or
  * starts one (a worker fetches the block ahead while readers fetch the pieces they need).
  * Returns 0 with *ld (a reference) or, when memory has no room for it, with *direct (a
- * handle that reads straight from below); -ENOENT; -EIO.
+ * handle that reads straight from below); -ENOENT; -EIO. A reader takes only the room that
+ * can be made at once; the daemon's own opens (wait: prefetch, replacement) also wait for
+ * dirty blocks to be dumped, as a writer does.
  */
-int load_open(struct pipeline *p, const struct blockid *id, struct loading **ld,
+int load_open(struct pipeline *p, const struct blockid *id, bool wait, struct loading **ld,
 	      struct tier_handle **direct);
 /* Wait until the load has been admitted to memory (or failed). 0 or its error. */
 int load_wait(struct loading *ld);

@@ -571,9 +571,12 @@ static void enqueue_load(struct pipeline *p, struct loading *ld)
 	pthread_mutex_unlock(&p->qlock);
 }
 
-/* A new load of the block below behind lh, or NULL if memory has no room for it. */
+/*
+ * A new load of the block below behind lh, or NULL if memory has no room for it: room made
+ * at once, or (wait) also room that dirty blocks leave once dumped, within dirty_wait.
+ */
 static struct loading *load_new(struct pipeline *p, const struct blockid *id,
-				struct tier_handle *lh)
+				struct tier_handle *lh, bool wait)
 {
 	struct loading *ld = calloc(1, sizeof(*ld));
 	struct block_layout lay;
@@ -599,7 +602,8 @@ static struct loading *load_new(struct pipeline *p, const struct blockid *id,
 	ld->npieces = (uint32_t)pieces;
 	ld->state = calloc(pieces ? pieces : 1, 1);
 	if (!ld->state ||
-	    p->cache->ops->reserve(p->cache, id, TIER_RESERVE_NOWAIT | TIER_RESERVE_OVERWRITE,
+	    p->cache->ops->reserve(p->cache, id,
+				   (wait ? 0 : TIER_RESERVE_NOWAIT) | TIER_RESERVE_OVERWRITE,
 				   ld->a.size, &ld->r) ||
 	    p->cache->ops->truncate(ld->r, ld->a.size)) {
 		if (ld->r)
@@ -662,7 +666,7 @@ static struct loading *find_load(struct pipeline *p, const struct blockid *id)
 	return NULL;
 }
 
-int load_open(struct pipeline *p, const struct blockid *id, struct loading **out,
+int load_open(struct pipeline *p, const struct blockid *id, bool wait, struct loading **out,
 	      struct tier_handle **direct)
 {
 	struct tier_handle *lh;
@@ -684,7 +688,7 @@ int load_open(struct pipeline *p, const struct blockid *id, struct loading **out
 	rc = p->below->ops->open(p->below, id, 0, &lh);
 	if (rc)
 		return rc;
-	ld = p->cache ? load_new(p, id, lh) : NULL;
+	ld = p->cache ? load_new(p, id, lh, wait) : NULL;
 	if (!ld) {
 		/* no room in memory that could be made without waiting: read straight from below */
 		atomic_fetch_add(&p->streamed, 1);

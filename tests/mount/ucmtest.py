@@ -591,6 +591,11 @@ def run(cases):
         print('FAIL setup: ucmfs not found (set UCMFS_BIN): %s' % b)
         sys.exit(1)
     only = sys.argv[1:]
+    names = [fn.__name__.replace('test_', '', 1).replace('_', '-') for fn in cases]
+    unknown = [n for n in only if n not in names]
+    if unknown:
+        print('FAIL setup: no case named %s (cases: %s)' % (', '.join(unknown), ' '.join(names)))
+        sys.exit(1)
     signal.signal(signal.SIGALRM, _on_alarm)
     signal.signal(signal.SIGTERM, _on_term)
     failed = 0
