@@ -7,8 +7,9 @@
  * returns. Entries and attributes of blocks are not cached by the kernel (timeouts 0): a block
  * can vanish through eviction or expiry, or get a new version between a lookup and an open,
  * without the kernel being told, and a reader that takes a node over for a newer version
- * needs the kernel to ask for its size again. Those of the directories, which never change,
- * are kept (ctl_attr_timeout()): every path walk checks the root's.
+ * needs the kernel to ask for its size again (docs/BENCHMARKS.md: what keeping them for a
+ * second cost). Those of the directories, which never change, are kept (ctl_attr_timeout()):
+ * every path walk checks the root's.
  *
  * Every reply is sent by the handler that received the request; no lock of this file is
  * held across a reply.
@@ -286,15 +287,31 @@ static struct fh *fh_new(enum fh_kind kind, struct inode *ino, int flags)
 	return fh;
 }
 
+/* A pinned version, shared by the readers of one node (itable_add_reader()). */
+struct rhandle {
+	struct tier_handle *h;
+	atomic_uint refs;
+};
+
+static void rhandle_put(struct rhandle *r)
+{
+	if (r && atomic_fetch_sub(&r->refs, 1) == 1) {
+		tier_close(r->h);
+		free(r);
+	}
+}
+
 static void fh_free(struct ucmfs *fs, struct fh *fh)
 {
 	if (fh->inode) {
 		if (fh->kind == FH_WRITE)
 			itable_del_writer(fs->itab, fh->inode);
 		else if (fh->kind == FH_READ && fh->counted)
-			itable_del_reader(fs->itab, fh->inode, !fh->uncached);
+			rhandle_put(itable_del_reader(fs->itab, fh->inode, !fh->uncached));
 		itable_put(fs->itab, fh->inode);
 	}
+	if (fh->kind == FH_READ)
+		rhandle_put(fh->rh);
 	pthread_mutex_destroy(&fh->lock);
 	free(fh->text);
 	free(fh);
@@ -303,6 +320,51 @@ static void fh_free(struct ucmfs *fs, struct fh *fh)
 static bool wants_write(int flags)
 {
 	return (flags & O_ACCMODE) != O_RDONLY;
+}
+
+/* Pin the version of fh's block that its node shows (the committed one, or the older one
+ * that the node's other readers hold) and count the reader. 0 or -errno. */
+static int open_reader(struct ucmfs *fs, struct fh *fh)
+{
+	struct inode *ino = fh->inode;
+	struct tier_handle *h;
+	struct rhandle *mine;
+	struct block_attr a;
+	struct reader_grant g;
+	struct stat st;
+	int rc;
+
+	rc = fs->pipe->ops->open(fs->pipe, &ino->node.id, 0, &h);
+	if (rc)
+		return rc;
+	mine = malloc(sizeof(*mine));
+	rc = mine ? fs->pipe->ops->stat(h, &a) : -ENOMEM;
+	if (rc) {
+		free(mine);
+		tier_close(h);
+		return rc;
+	}
+	mine->h = h;
+	atomic_init(&mine->refs, 1);
+	attr_to_stat(fs, ino, &a, &st);
+	/* a node shared with writers reads direct (their writes move its size) */
+	rc = itable_add_reader(fs->itab, ino, a.mtime, &st, mine, &g);
+	if (g.adopted)
+		atomic_fetch_add(&mine->refs, 1); /* the node's */
+	if (g.share) {
+		/* the older version the node's readers hold: counted, so it stays open */
+		rhandle_put(mine);
+		mine = g.share;
+		atomic_fetch_add(&mine->refs, 1);
+		fs->pipe->ops->stat(mine->h, &a);
+	}
+	fh->rh = mine;
+	fh->h = mine->h;
+	fh->counted = true;
+	fh->uncached = rc == READ_DIRECT;
+	fh->purge = rc == READ_PURGE;
+	fh->size = a.size;
+	return 0;
 }
 
 /*
@@ -320,28 +382,7 @@ static int open_block(struct ucmfs *fs, struct inode *ino, int flags, struct fh 
 	if (!fh)
 		return -ENOMEM;
 	if (fh->kind == FH_READ) {
-		rc = fs->pipe->ops->open(fs->pipe, &ino->node.id, 0, &fh->h);
-		if (rc == 0)
-			rc = fs->pipe->ops->stat(fh->h, &a);
-		if (rc == 0) {
-			struct stat st;
-
-			attr_to_stat(fs, ino, &a, &st);
-			/* a node shared with writers reads direct (their writes move its size); one
-			 * that shows others an older version is not shared (-ESTALE) */
-			rc = itable_add_reader(fs->itab, ino, a.mtime, &st);
-			if (rc >= 0) {
-				fh->counted = true;
-				fh->uncached = rc == READ_DIRECT;
-				fh->purge = rc == READ_PURGE;
-				fh->size = a.size;
-				rc = 0;
-			} else {
-				tier_close(fh->h);
-			}
-		} else if (fh->h) {
-			tier_close(fh->h);
-		}
+		rc = open_reader(fs, fh);
 	} else {
 		if (flags & O_EXCL)
 			rf |= TIER_RESERVE_EXCL;
@@ -403,9 +444,7 @@ static void op_open(fuse_req_t req, fuse_ino_t nid, struct fuse_file_info *fi)
 			query_release(fs, fh);
 			return;
 		}
-		if (fh->kind == FH_READ)
-			tier_close(fh->h);
-		else if (fh->kind == FH_WRITE && fh->h)
+		if (fh->kind == FH_WRITE && fh->h)
 			fs->pipe->ops->abort(fh->h);
 		fh_free(fs, fh);
 	}
@@ -542,11 +581,9 @@ static void op_release(fuse_req_t req, fuse_ino_t nid, struct fuse_file_info *fi
 		fuse_reply_err(req, 0);
 		return;
 	}
-	if (fh->kind == FH_READ)
-		tier_close(fh->h);
-	else if (fh->kind == FH_WRITE)
+	if (fh->kind == FH_WRITE)
 		commit_writer(fs, fh, true, 0);
-	fh_free(fs, fh);
+	fh_free(fs, fh); /* a reader's handle closes with the node's last reader */
 	fuse_reply_err(req, 0);
 }
 

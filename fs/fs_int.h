@@ -39,6 +39,7 @@ struct fh {
 	struct inode *inode;             /* blocks only; holds a daemon reference */
 	struct tier_handle *h;           /* FH_READ: pinned version; FH_WRITE: the reservation,
 					    NULL once committed (a later write starts another) */
+	struct rhandle *rh;              /* FH_READ: h's owner, shared by the node's readers */
 	int open_flags;
 	bool counted;                    /* FH_READ: counted by itable_add_reader() */
 	bool uncached;                   /* FH_READ not through the page cache (writers share

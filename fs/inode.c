@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <pthread.h>
 #include <stdlib.h>
+#include <string.h>
 
 struct itable {
 	pthread_mutex_t lock;
@@ -134,18 +135,17 @@ struct inode *itable_get_version(struct itable *t, const struct blockid *id, int
 }
 
 int itable_add_reader(struct itable *t, struct inode *ino, int64_t version,
-		      const struct stat *st)
+		      const struct stat *st, void *mine, struct reader_grant *g)
 {
 	int rc;
 
+	memset(g, 0, sizeof(*g));
 	pthread_mutex_lock(&t->lock);
-	if (ino->version && ino->version != version) {
-		if (ino->readers || ino->writers) {
-			/* shown to others as the version they opened: a node of its own */
-			detach_locked(t, ino);
-			pthread_mutex_unlock(&t->lock);
-			return -ESTALE;
-		}
+	if (ino->version && ino->version != version && ino->readers) {
+		/* the version the lookup saw is still held open: read it (an open is as old as
+		 * its lookup; the newer version is the next lookup's) */
+		g->share = ino->share;
+	} else if (ino->version && ino->version != version) {
 		/* nobody holds the older version open: the node shows this one from now on,
 		 * once the older pages are dropped */
 		ino->version = 0;
@@ -155,7 +155,10 @@ int itable_add_reader(struct itable *t, struct inode *ino, int64_t version,
 		ino->version = version;
 		ino->snap = *st;
 	}
-	ino->readers++;
+	if (ino->readers++ == 0) {
+		ino->share = mine;
+		g->adopted = true;
+	}
 	if (ino->writers || ino->writer_due) {
 		rc = READ_DIRECT;
 	} else {
@@ -167,13 +170,19 @@ int itable_add_reader(struct itable *t, struct inode *ino, int64_t version,
 	return rc;
 }
 
-void itable_del_reader(struct itable *t, struct inode *ino, bool cached)
+void *itable_del_reader(struct itable *t, struct inode *ino, bool cached)
 {
+	void *share = NULL;
+
 	pthread_mutex_lock(&t->lock);
-	ino->readers--;
+	if (--ino->readers == 0) {
+		share = ino->share;
+		ino->share = NULL;
+	}
 	if (cached)
 		ino->cached_readers--;
 	pthread_mutex_unlock(&t->lock);
+	return share;
 }
 
 void itable_detach(struct itable *t, const struct blockid *id)

@@ -9,11 +9,13 @@
  *
  * A node id's size in the kernel is one number for every open file of it (and what fstat()
  * shows, as it carries no file handle), and a writer's writes move it. So a writer never
- * shares a node with readers that the page cache serves, and a reader never shares one with
- * readers of another version: an open that would detaches the node and fails -ESTALE, and
- * the kernel looks the name up again, which gives a fresh node. A reader opening a node with
- * writers (or made for a writer's retry) reads direct. A node nobody holds open takes the
- * newer version a reader opened, after its pages are dropped.
+ * shares a node with readers that the page cache serves: a writer's open that would
+ * detaches the node and fails -ESTALE, and the kernel looks the name up again, which gives a
+ * fresh node. A reader never shares one with readers of another version: a reader opening a
+ * node that others read at an older version reads that version with them (its lookup saw
+ * it). A reader opening a node with writers (or made for a writer's retry) reads direct. A
+ * node nobody holds open takes the newer version a reader opened, after its pages are
+ * dropped.
  *
  * A block's node id is the address of its `struct inode`, which lives while the kernel holds
  * lookups on it (nlookup) or the daemon holds references (open handles). The small node ids
@@ -56,6 +58,7 @@ struct inode {
 	bool writer_due;        /* made for a writer told -ESTALE: readers read direct until
 				   a writer opens it; table lock */
 	uint64_t resv_size;     /* size of the reservation they share; protected by the lock */
+	void *share;            /* readers: the handle they share (fs.c); table lock */
 	int64_t version;        /* commit time of the version shown, 0 if not bound yet */
 	struct stat snap;       /* that version's attributes, for after it is gone */
 };
@@ -77,14 +80,27 @@ struct inode *itable_get_version(struct itable *t, const struct blockid *id, int
 /* What a reader opening a version through a node gets (itable_add_reader()). */
 enum { READ_DIRECT = 0, READ_CACHED = 1, READ_PURGE = 2 };
 
-/* A reader opens the committed version `version` (attributes st) through ino, binding ino to
- * it if ino is not bound yet. READ_CACHED: the reader may use the page cache; READ_PURGE:
- * also, after the node's pages are dropped; READ_DIRECT: not (writers share the node);
- * -ESTALE: ino shows another version to others, and was detached. Counted until
- * itable_del_reader() (cached: not READ_DIRECT). */
+/*
+ * A reader opens the committed version `version` (attributes st) through ino, binding ino to
+ * it if ino is not bound yet; mine is the reader's handle of that version (opaque here).
+ * READ_CACHED: the reader may use the page cache; READ_PURGE: also, after the node's pages
+ * are dropped; READ_DIRECT: not (writers share the node). Counted until itable_del_reader()
+ * (cached: not READ_DIRECT).
+ *
+ * The readers of a node share the handle of its first reader (the node keeps it while it
+ * has readers): g->adopted says mine became it (the node holds a reference from now on). A
+ * reader whose lookup gave a node that others still read at an older version reads that
+ * version too, as if it had opened before the newer one was committed: g->share is set to
+ * their handle, which the reader uses instead of mine (taking a reference); NULL otherwise.
+ */
+struct reader_grant {
+	void *share;
+	bool adopted;
+};
 int itable_add_reader(struct itable *t, struct inode *ino, int64_t version,
-		      const struct stat *st);
-void itable_del_reader(struct itable *t, struct inode *ino, bool cached);
+		      const struct stat *st, void *mine, struct reader_grant *g);
+/* The node's handle to release if this was its last reader, else NULL. */
+void *itable_del_reader(struct itable *t, struct inode *ino, bool cached);
 
 /* Make the id's current inode non-current (unlink, or a version that is gone). */
 void itable_detach(struct itable *t, const struct blockid *id);
@@ -106,5 +122,6 @@ void itable_resv_set(struct itable *t, struct inode *ino, uint64_t size);
 int itable_resv_size(struct itable *t, struct inode *ino, uint64_t *size);
 /* The bound version's attributes: 0 and *st set, or -ENOENT if ino was never bound. */
 int itable_snapshot(struct itable *t, struct inode *ino, struct stat *st);
+
 
 #endif

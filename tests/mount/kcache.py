@@ -1,10 +1,12 @@
 #!/usr/bin/env python3
 """What the kernel keeps between calls is never stale: a block's pages across opens
-(keep_cache), the directories' attributes (fs/fs.c). Each case makes the kernel hold a block's name, attributes and pages
-(stat, two whole reads), changes the block through one path, and looks again at once."""
+(keep_cache), the directories' attributes (fs/fs.c). Each case makes the kernel hold a
+block's name, attributes and pages (stat, two whole reads), changes the block through one
+path, and looks again at once."""
 import errno
 import os
 import sys
+import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -109,6 +111,59 @@ def test_unlinked_then_created():
         same(read_file(m.path(bid)), pattern(3 * KiB, 9), 'read of the new block')
 
 
+def test_replaced_between_lookup_and_open():
+    """Replacements racing readers whose lookup saw the older version: every open succeeds
+    (never ESTALE), and whatever version it gets, its fstat, its bytes and the size it reads
+    agree."""
+    sizes = {100 * KiB + 1: 11, 300 * KiB + 3: 12, 7: 13}
+    with Mount() as m:
+        bid = rand_id()
+        p = m.path(bid)
+        write_file(p, pattern(7, 13))
+        stop = time.monotonic() + 4
+        bad, reads = [], [0]
+
+        def guarded(fn):
+            def run_it():
+                try:
+                    fn()
+                except OSError as e:
+                    bad.append('%s: %s' % (fn.__name__, e))
+            return run_it
+
+        @guarded
+        def writer():
+            while time.monotonic() < stop and not bad:
+                for n, seed in sizes.items():
+                    write_file(p, pattern(n, seed), flags=os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+
+        @guarded
+        def reader():
+            while time.monotonic() < stop and not bad:
+                os.stat(p)  # the kernel now holds the node and its attributes
+                fd = os.open(p, os.O_RDONLY)
+                try:
+                    size = os.fstat(fd).st_size
+                    data = read_fd(fd)
+                    again = os.fstat(fd).st_size
+                finally:
+                    os.close(fd)
+                reads[0] += 1
+                if size not in sizes or len(data) != size or again != size or \
+                        data != pattern(size, sizes[size]):
+                    bad.append('fstat %d, then %d bytes read, fstat %d after' %
+                               (size, len(data), again))
+
+        threads = [threading.Thread(target=writer)] + \
+            [threading.Thread(target=reader) for _ in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        check(not bad, 'a reader saw two versions mixed: ' + '; '.join(bad[:3]))
+        check(reads[0] > 50, 'only %d reads in 4 s' % reads[0])
+
+
 if __name__ == '__main__':
     run([test_evicted_then_written_again, test_expired_while_held, test_expired_unheld,
-         test_replaced, test_unlinked_then_created])
+         test_replaced, test_unlinked_then_created, test_replaced_between_lookup_and_open])
