@@ -155,6 +155,10 @@ int stats_text(struct ucmfs *fs, char **text, size_t *len)
 			counter_get(&fs->read_bytes));
 	metrics_counter(m, "ucmfs_write_bytes_total", "Bytes accepted from writers.", "",
 			counter_get(&fs->write_bytes));
+	metrics_counter(m, "ucmfs_read_requests_total", "READ requests of the kernel for blocks.",
+			"", counter_get(&fs->read_requests));
+	metrics_counter(m, "ucmfs_write_requests_total", "WRITE requests of the kernel for blocks.",
+			"", counter_get(&fs->write_requests));
 	metrics_counter(m, "ucmfs_opens_total", "Block opens.", "", counter_get(&fs->opens));
 	metrics_counter(m, "ucmfs_queries_total", "Lookup queries answered.", "",
 			counter_get(&fs->queries_total));

@@ -27,6 +27,7 @@
 #include <unistd.h>
 
 #include "fs/fs_int.h"
+#include "src/bdi.h"
 #include "src/buf.h"
 #include "src/log.h"
 #include "tiers/pipeline.h"
@@ -114,7 +115,8 @@ static void reply_entry(fuse_req_t req, struct inode *ino, const struct stat *st
 
 static void op_init(void *userdata, struct fuse_conn_info *conn)
 {
-	(void)userdata;
+	struct ucmfs *fs = userdata;
+
 	/* O_TRUNC arrives with open (a replacement), not as a separate truncate */
 	if (conn->capable & FUSE_CAP_ATOMIC_O_TRUNC)
 		conn->want |= FUSE_CAP_ATOMIC_O_TRUNC;
@@ -122,7 +124,10 @@ static void op_init(void *userdata, struct fuse_conn_info *conn)
 	conn->want &= ~FUSE_CAP_AUTO_INVAL_DATA;
 	conn->want &= ~FUSE_CAP_READDIRPLUS;
 	conn->max_write = MAX_REQUEST;
-	conn->max_readahead = MAX_REQUEST;
+	/* what the kernel offers is the window set at mount (fs_run()); libfuse keeps the
+	 * smaller of the two */
+	conn->max_readahead = fs->opts->readahead > MAX_REQUEST ? (unsigned)fs->opts->readahead
+								 : MAX_REQUEST;
 	conn->time_gran = 1;
 }
 
@@ -648,6 +653,8 @@ static void do_read(fuse_req_t req, struct fh *fh, size_t size, off_t off)
 		free(buf);
 		return;
 	}
+	if (fh->kind == FH_READ || fh->kind == FH_WRITE)
+		counter_add(&fs->read_requests, 1);
 	if (fh->kind == FH_READ) {
 		if ((uint64_t)off >= fh->size)
 			size = 0;
@@ -712,6 +719,7 @@ static void op_write(fuse_req_t req, fuse_ino_t nid, const char *buf, size_t siz
 		fuse_reply_err(req, EBADF);
 		return;
 	}
+	counter_add(&fs->write_requests, 1);
 	pthread_mutex_lock(&fh->lock);
 	if (!fh->h) {
 		/* written again after its close committed it: a replacement of that version */
@@ -889,6 +897,7 @@ int fs_run(const struct ucm_options *o, struct tier *pipe)
 	struct fuse_args args = FUSE_ARGS_INIT(0, NULL);
 	struct fuse_loop_config *lc = NULL;
 	struct ucmfs fs = { .pipe = pipe, .opts = o };
+	char *mnt = NULL, why[256];
 	int status = 1, rc;
 
 	fs.uid = getuid();
@@ -907,10 +916,14 @@ int fs_run(const struct ucm_options *o, struct tier *pipe)
 		log_err("cannot install signal handlers");
 		goto out_session;
 	}
+	/* the canonical path, for mountinfo: once mounted, resolving it would ask the daemon */
+	mnt = realpath(o->mountpoint, NULL);
 	if (fuse_session_mount(fs.se, o->mountpoint)) {
 		log_err("cannot mount on %s", o->mountpoint);
 		goto out_signals;
 	}
+	if (o->readahead && mnt && bdi_set_readahead(mnt, o->readahead, why, sizeof(why)))
+		log_warn("read-ahead stays at the kernel's default: %s", why);
 	if (!o->foreground)
 		log_use_syslog();
 	if (fuse_daemonize(o->foreground)) {
@@ -943,6 +956,7 @@ out_session:
 out:
 	fuse_loop_cfg_destroy(lc);
 	fuse_opt_free_args(&args);
+	free(mnt);
 	query_shutdown(&fs);
 	tier_destroy(pipe);
 	itable_destroy(fs.itab);

@@ -27,6 +27,7 @@ struct ucmfs {
 	struct timespec start;           /* times of the fixed files */
 	struct qdir *queries;            /* /.ucm/query */
 	counter_t read_bytes, write_bytes, opens;
+	counter_t read_requests, write_requests; /* READ and WRITE requests for blocks */
 	counter_t queries_total;
 	struct histogram query_hist;
 };

@@ -9,6 +9,7 @@
 
 #define MIN_BLOCK_SIZE 1ULL
 #define MAX_BLOCK_LIMIT (64ULL << 30) /* largest max_block/block_size accepted */
+#define MAX_READAHEAD (64ULL << 20)
 
 static const char usage[] =
 	"usage: ucmfs [-f] [-d] [-o OPT[,OPT...]] STORE MOUNTPOINT\n"
@@ -18,8 +19,8 @@ static const char usage[] =
 	"  -o mem_size=SIZE, disk_size=SIZE, block_size=SIZE, max_block=SIZE,\n"
 	"     policy=clock|lru|fifo, pipeline=cache:compress:posix, compress=none|zstd[:LEVEL],\n"
 	"     shuffle=auto|none|2|4, io=aio|psync, io_depth=N, io_timeout=DUR, ttl=DUR,\n"
-	"     durable, layout=native|ucm, and the standard FUSE mount options (allow_other,\n"
-	"     fsname=, ...)\n"
+	"     durable, layout=native|ucm, readahead=SIZE, and the standard FUSE mount options\n"
+	"     (allow_other, fsname=, ...)\n"
 	"See ucmfs(8).\n";
 
 void options_defaults(struct ucm_options *o)
@@ -32,6 +33,7 @@ void options_defaults(struct ucm_options *o)
 	o->zstd_level = 1;
 	o->io = IO_AIO;
 	o->io_timeout_ms = 30000;
+	o->readahead = 1ULL << 20;
 	o->ttl_ms = TTL_NONE;
 	o->layout = LAYOUT_NATIVE;
 }
@@ -207,6 +209,12 @@ int options_apply(struct ucm_options *o, const char *opt, char *msg, size_t len)
 				   val ? val : "");
 		o->io_timeout_ms = ms == TTL_NONE ? 0 : ms;
 		return 0;
+	}
+	if (!strcmp(key, "readahead")) {
+		rc = opt_size(key, val, &o->readahead, msg, len);
+		if (rc == 0 && o->readahead > MAX_READAHEAD)
+			return bad(msg, len, "option '%s': %s is above the maximum of 64M", key, val);
+		return rc;
 	}
 	if (!strcmp(key, "ttl")) {
 		int64_t ms;
@@ -416,7 +424,8 @@ int options_parse(struct ucm_options *o, int argc, char **argv, char *msg, size_
 size_t options_format(const struct ucm_options *o, char *buf, size_t len)
 {
 	static const char *const policies[] = { "clock", "lru", "fifo" };
-	char mem[32], disk[32], bs[32], mb[32], store[4096] = "", ttl[32], codec[32], shuf[8];
+	char mem[32], disk[32], bs[32], mb[32], ra[32], store[4096] = "", ttl[32], codec[32];
+	char shuf[8];
 	size_t n;
 
 	for (int i = 0; i < o->nstores; i++) {
@@ -428,6 +437,7 @@ size_t options_format(const struct ucm_options *o, char *buf, size_t len)
 	format_size(o->disk_size, disk, sizeof(disk));
 	format_size(o->block_size, bs, sizeof(bs));
 	format_size(o->max_block, mb, sizeof(mb));
+	format_size(o->readahead, ra, sizeof(ra));
 	if (o->ttl_ms == TTL_NONE)
 		snprintf(ttl, sizeof(ttl), "none");
 	else
@@ -445,11 +455,12 @@ size_t options_format(const struct ucm_options *o, char *buf, size_t len)
 	n = (size_t)snprintf(buf, len,
 			     "store=%s\nmountpoint=%s\nmem_size=%s\ndisk_size=%s\nblock_size=%s\n"
 			     "max_block=%s\npolicy=%s\npipeline=%s\ncompress=%s\nshuffle=%s\n"
-			     "io=%s\nio_depth=%u\nio_timeout=%lldms\nttl=%s\ndurable=%d\nlayout=%s\n",
+			     "io=%s\nio_depth=%u\nio_timeout=%lldms\nttl=%s\ndurable=%d\nlayout=%s\n"
+			     "readahead=%s\n",
 			     o->nstores ? store : "none", o->mountpoint ? o->mountpoint : "", mem,
 			     disk, o->block_size ? bs : "unset", mb, policies[o->policy],
 			     o->pipeline, codec, shuf, o->io == IO_AIO ? "aio" : "psync",
 			     o->io_depth, (long long)o->io_timeout_ms, ttl, o->durable ? 1 : 0,
-			     o->layout == LAYOUT_NATIVE ? "native" : "ucm");
+			     o->layout == LAYOUT_NATIVE ? "native" : "ucm", ra);
 	return n < len ? n : len - 1;
 }

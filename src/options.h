@@ -35,6 +35,7 @@ struct ucm_options {
 	enum ucm_io io;
 	unsigned io_depth;   /* 0 = measured default */
 	int64_t io_timeout_ms; /* io=aio: a disk read not done by then fails EIO; 0 = no limit */
+	uint64_t readahead;  /* the kernel's read-ahead window of the mount; 0 = its default */
 	int64_t ttl_ms;      /* default TTL of new blocks; TTL_NONE = none */
 	bool durable;
 	enum ucm_layout layout;

@@ -7,9 +7,11 @@
  * timeouts 0 as in ucmfs, so a stat is a round trip, and keep_cache off, so a buffered first
  * read reaches the server.
  *
- *   nullfs [-f] [-o size=SIZE,entries=N,threads=N,FUSE options] MOUNTPOINT
+ *   nullfs [-f] [-o size=SIZE,entries=N,threads=N,readahead=SIZE,FUSE options] MOUNTPOINT
  *
- * Requests are at most 1 MiB (max_write, max_readahead; reads follow max_pages = 256).
+ * Requests are at most 1 MiB (max_write, max_readahead; reads follow max_pages = 256). The
+ * mount's read-ahead window is readahead (default 1M, as ucmfs's), so buffered reads arrive
+ * in requests of the same size as ucmfs gets.
  * The session loop is multithreaded. Stateless, so every handler is thread-safe.
  */
 #include <errno.h>
@@ -24,6 +26,7 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include "src/bdi.h"
 #include "src/units.h"
 
 #define MAX_REQUEST (1u << 20)
@@ -34,6 +37,7 @@
 struct nullfs {
 	uint64_t size;     /* every file's size */
 	uint64_t entries;  /* names listed by readdir */
+	uint64_t readahead; /* the mount's read-ahead window, 0 = the kernel's default */
 	uid_t uid;
 	gid_t gid;
 	const char *zeros; /* ZERO_BYTES of zeros, touched, never written again */
@@ -44,6 +48,7 @@ static struct nullfs nf;
 struct nf_opts {
 	char *size;
 	char *entries;
+	char *readahead;
 	unsigned threads;
 };
 
@@ -51,6 +56,7 @@ static const struct fuse_opt nf_optspec[] = {
 	{ "size=%s", offsetof(struct nf_opts, size), 0 },
 	{ "entries=%s", offsetof(struct nf_opts, entries), 0 },
 	{ "threads=%u", offsetof(struct nf_opts, threads), 0 },
+	{ "readahead=%s", offsetof(struct nf_opts, readahead), 0 },
 	FUSE_OPT_END
 };
 
@@ -98,7 +104,7 @@ static void nf_init(void *userdata, struct fuse_conn_info *conn)
 	if (conn->capable & FUSE_CAP_ATOMIC_O_TRUNC)
 		conn->want |= FUSE_CAP_ATOMIC_O_TRUNC;
 	conn->max_write = MAX_REQUEST;
-	conn->max_readahead = MAX_REQUEST;
+	conn->max_readahead = nf.readahead > MAX_REQUEST ? (unsigned)nf.readahead : MAX_REQUEST;
 	conn->time_gran = 1;
 }
 
@@ -276,9 +282,11 @@ static const struct fuse_lowlevel_ops nf_ops = {
 
 static int usage(const char *prog)
 {
-	printf("usage: %s [-f] [-o size=SIZE,entries=N,threads=N,FUSE options] MOUNTPOINT\n"
+	printf("usage: %s [-f] [-o size=SIZE,entries=N,threads=N,readahead=SIZE,FUSE options] "
+	       "MOUNTPOINT\n"
 	       "A FUSE floor: every name is a file of SIZE zeros (default 16G), writes are\n"
-	       "discarded, readdir lists N names (default 0); threads: max session threads.\n",
+	       "discarded, readdir lists N names (default 0); threads: max session threads;\n"
+	       "readahead: the mount's read-ahead window (default 1M, 0 = the kernel's).\n",
 	       prog);
 	fuse_cmdline_help();
 	fuse_lowlevel_help();
@@ -292,10 +300,11 @@ int main(int argc, char **argv)
 	struct fuse_cmdline_opts cl;
 	struct fuse_loop_config *lc = NULL;
 	struct fuse_session *se;
-	char *zeros;
+	char *zeros, *mnt = NULL, why[256];
 	int rc = 1;
 
 	nf.size = 16ull << 30;
+	nf.readahead = MAX_REQUEST;
 	nf.uid = getuid();
 	nf.gid = getgid();
 	if (fuse_opt_parse(&args, &o, nf_optspec, NULL) || fuse_parse_cmdline(&args, &cl))
@@ -306,7 +315,8 @@ int main(int argc, char **argv)
 		goto out_args;
 	}
 	if (!cl.mountpoint || (o.size && parse_size(o.size, &nf.size)) ||
-	    (o.entries && parse_u64(o.entries, &nf.entries)) || !o.threads) {
+	    (o.entries && parse_u64(o.entries, &nf.entries)) || !o.threads ||
+	    (o.readahead && parse_size(o.readahead, &nf.readahead))) {
 		fprintf(stderr, "nullfs: bad arguments (see --help)\n");
 		rc = 2;
 		goto out_args;
@@ -322,8 +332,11 @@ int main(int argc, char **argv)
 		goto out_zeros;
 	if (fuse_set_signal_handlers(se))
 		goto out_session;
+	mnt = realpath(cl.mountpoint, NULL); /* before the mount: resolving it after asks us */
 	if (fuse_session_mount(se, cl.mountpoint))
 		goto out_signals;
+	if (nf.readahead && mnt && bdi_set_readahead(mnt, nf.readahead, why, sizeof(why)))
+		fprintf(stderr, "nullfs: read-ahead stays at the kernel's default: %s\n", why);
 	if (fuse_daemonize(cl.foreground))
 		goto out_unmount;
 	lc = fuse_loop_cfg_create();
@@ -343,6 +356,7 @@ out_session:
 	fuse_session_destroy(se);
 out_zeros:
 	free(zeros);
+	free(mnt);
 out_args:
 	free(cl.mountpoint);
 	free(o.size);

@@ -3,6 +3,7 @@
 mount, with the metrics of DESIGN.md section 4, whose counters move when blocks are written,
 read, missed, evicted, expired and queried."""
 import errno
+import mmap
 import os
 import shutil
 import sys
@@ -153,7 +154,8 @@ FAMILIES = {
     'ucmfs_load_seconds': 'histogram', 'ucmfs_dump_seconds': 'histogram',
     'ucmfs_disk_queue_depth': 'gauge', 'ucmfs_compression_ratio': 'gauge',
     'ucmfs_checksum_failures_total': 'counter', 'ucmfs_queries_total': 'counter',
-    'ucmfs_query_seconds': 'histogram',
+    'ucmfs_query_seconds': 'histogram', 'ucmfs_read_requests_total': 'counter',
+    'ucmfs_write_requests_total': 'counter',
 }
 PER_TIER = ['ucmfs_tier_hits_total', 'ucmfs_tier_misses_total', 'ucmfs_tier_bytes_in_total',
             'ucmfs_tier_bytes_out_total', 'ucmfs_tier_blocks', 'ucmfs_tier_bytes',
@@ -370,7 +372,57 @@ def test_hits_are_reads():
         check(moved == 3, 'mem hits moved by %d after 3 reads' % moved)
 
 
+def read_ahead_kb(m):
+    dev = os.stat(m.mnt).st_dev
+    with open('/sys/class/bdi/%d:%d/read_ahead_kb' % (os.major(dev), os.minor(dev))) as f:
+        return int(f.read())
+
+
+def test_readahead_requests():
+    """The mount's read-ahead window is readahead= (default 1M): a buffered read of a 16 MiB
+    block whose pages are not cached arrives in 1 MiB requests, not the kernel's 128 KiB, and
+    writes arrive in 1 MiB requests too (the request counters show it)."""
+    with Mount('mem_size=64M') as m:
+        check(read_ahead_kb(m) == 1024, 'read_ahead_kb is %d' % read_ahead_kb(m))
+        bid, n = rand_id(), 16 * MiB
+        s0 = Stats(m)
+        # from page-aligned memory: an unaligned 1 MiB spans 257 pages, one more than a
+        # request holds, and the kernel sends it as two
+        buf = mmap.mmap(-1, n)
+        buf[:] = pattern(n, 3)
+        fd = os.open(m.path(bid), os.O_WRONLY | os.O_CREAT, 0o644)
+        try:
+            for off in range(0, n, MiB):
+                check(os.write(fd, memoryview(buf)[off:off + MiB]) == MiB, 'short write')
+        finally:
+            os.close(fd)
+        buf.close()
+        s1 = Stats(m)
+        writes = s1.get('ucmfs_write_requests_total') - s0.get('ucmfs_write_requests_total')
+        check(writes == 16, '%d WRITE requests for 16 MiB written by 1 MiB' % writes)
+        fd = os.open(m.path(bid), os.O_RDONLY)
+        try:
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+            got = []
+            while True:
+                b = os.read(fd, MiB)
+                if not b:
+                    break
+                got.append(b)
+        finally:
+            os.close(fd)
+        check(b''.join(got) == pattern(n, 3), 'the bytes read differ')
+        s2 = Stats(m)
+        reads = s2.get('ucmfs_read_requests_total') - s1.get('ucmfs_read_requests_total')
+        moved = s2.get('ucmfs_read_bytes_total') - s1.get('ucmfs_read_bytes_total')
+        check(moved == n, 'read_bytes moved by %d' % moved)
+        check(reads <= 20, '%d READ requests for a buffered read of 16 MiB' % reads)
+    with Mount('mem_size=64M,readahead=4M') as m:
+        check(read_ahead_kb(m) == 4096, 'readahead=4M: read_ahead_kb is %d' % read_ahead_kb(m))
+
+
 if __name__ == '__main__':
     run([test_promtool, test_promtool_memory_only, test_promtool_striped_and_odd_paths,
          test_families, test_counters_write_read, test_counters_miss_and_load,
-         test_gauges_evictions_expirations, test_mem_bytes_out, test_hits_are_reads])
+         test_gauges_evictions_expirations, test_mem_bytes_out, test_hits_are_reads,
+         test_readahead_requests])

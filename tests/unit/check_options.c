@@ -297,6 +297,26 @@ START_TEST(test_options_io_timeout)
 }
 END_TEST
 
+START_TEST(test_options_readahead)
+{
+	char buf[8192];
+
+	ok_opts("mem_size=1G");
+	ck_assert_uint_eq(opts.readahead, 1 << 20); /* the default */
+	options_format(&opts, buf, sizeof(buf));
+	ck_assert_ptr_nonnull(strstr(buf, "readahead=1M\n"));
+	ok_opts("readahead=4M");
+	ck_assert_uint_eq(opts.readahead, 4 << 20);
+	ok_opts("readahead=0");
+	ck_assert_uint_eq(opts.readahead, 0); /* the kernel's own default */
+	ok_opts("readahead=64M");
+	bad_opts("readahead=65M", "readahead");
+	bad_opts("readahead", "readahead");
+	bad_opts("readahead=fast", "readahead");
+	bad_opts("readahead=-1M", "readahead");
+}
+END_TEST
+
 START_TEST(test_options_ttl)
 {
 	ok_opts("ttl=500ms");
@@ -537,6 +557,7 @@ Suite *options_suite(void)
 	tcase_add_test(core, test_options_compress);
 	tcase_add_test(core, test_options_io_depth);
 	tcase_add_test(core, test_options_io_timeout);
+	tcase_add_test(core, test_options_readahead);
 	tcase_add_test(core, test_options_ttl);
 	tcase_add_test(core, test_options_fuse_passthrough);
 	tcase_add_test(core, test_options_fstab_words_ignored);
