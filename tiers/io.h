@@ -56,8 +56,9 @@ struct io_req;
 
 /*
  * Prefetch: start reading [off, off + len) of fd into the engine's memory as a background
- * request (as much as the depth allows now; the rest when waited for). NULL if the engine
- * does not prefetch (psync) or is out of memory: then just read.
+ * request (as much as the depth allows now; the rest when waited for, so fd stays open
+ * until io_prefetch_drop()). NULL if the engine does not prefetch (psync) or is out of
+ * memory: then just read.
  */
 struct io_req *io_prefetch(struct io_engine *e, int fd, uint64_t off, size_t len);
 /* Wait until the first `want` bytes of a prefetch are in (or all it will read). Bytes read
@@ -82,8 +83,9 @@ ssize_t io_pwrite(struct io_engine *e, int fd, const void *buf, size_t len, uint
 
 /*
  * Start writing len bytes at off without waiting (as io_pwrite: aligned, O_DIRECT fd); buf
- * must stay as it is until io_write_wait(). NULL if the engine does not (psync, unaligned,
- * out of memory): then write with io_pwrite().
+ * must stay as it is, and fd open, until io_write_wait(): what the depth does not take now
+ * is submitted by the wait, with this fd number. NULL if the engine does not (psync,
+ * unaligned, out of memory): then write with io_pwrite().
  */
 struct io_req *io_write_start(struct io_engine *e, int fd, const void *buf, size_t len,
 			      uint64_t off);

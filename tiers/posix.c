@@ -445,23 +445,26 @@ static void free_handle(struct phandle *h)
 {
 	if (h->promised)
 		release_room(posix_of(h->base.tier), h->promised);
-	if (h->fd >= 0)
-		close(h->fd);
-	if (h->dfd >= 0)
-		close(h->dfd);
+	/* before the descriptors close: a write the depth held back is submitted by its wait,
+	 * with the descriptor number it was planned with, which a file opened by another
+	 * thread meanwhile could have taken (the stage's bytes would land in that file) */
 	for (unsigned i = 0; i < NSTAGE; i++) {
 		if (h->wreq[i])
 			io_write_wait(posix_of(h->base.tier)->io, h->wreq[i]); /* it reads the stage */
 		free(h->stages[i]);
 	}
+	io_prefetch_drop(posix_of(h->base.tier)->io, h->pf[0]);
+	io_prefetch_drop(posix_of(h->base.tier)->io, h->pf[1]);
+	if (h->fd >= 0)
+		close(h->fd);
+	if (h->dfd >= 0)
+		close(h->dfd);
 	if (h->xx)
 		XXH3_freeState(h->xx);
 	free(h->hdr);
 	free(h->coff);
 	free(h->cbuf);
 	free(h->ctab);
-	io_prefetch_drop(posix_of(h->base.tier)->io, h->pf[0]);
-	io_prefetch_drop(posix_of(h->base.tier)->io, h->pf[1]);
 	pthread_mutex_destroy(&h->pf_lock);
 	pthread_mutex_destroy(&h->lock);
 	free(h);

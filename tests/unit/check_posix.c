@@ -5,6 +5,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,6 +19,7 @@
 #include "src/clock.h"
 #include "tests/unit/tier_util.h"
 #include "tests/unit/unit.h"
+#include "tiers/io.h"
 #include "tiers/posix.h"
 #include "tiers/posix_header.h"
 
@@ -883,6 +885,67 @@ START_TEST(test_posix_aio_writes)
 }
 END_TEST
 
+struct abort_arg {
+	struct tier *t;
+	struct tier_handle *h;
+};
+
+static void *abort_in_thread(void *arg)
+{
+	struct abort_arg *a = arg;
+
+	a->t->ops->abort(a->h);
+	return NULL;
+}
+
+/*
+ * A write the engine's depth held back goes out when the handle waits for it, with the
+ * descriptor it was planned with: an abort must not close that descriptor first, or a file
+ * opened meanwhile by another thread takes its number and gets the block's bytes. Depth 1
+ * and a completion thread that dawdles keep the second stage's write back while the abort
+ * waits for the first; two files opened then take the lowest free numbers.
+ */
+START_TEST(test_posix_aio_abort_keeps_descriptors)
+{
+	struct posix_config pc = { .layout = LAYOUT_NATIVE, .aio = true, .io_depth = 1,
+				   .io_timeout_ns = 30000000000LL,
+				   .io_test_stall_ns = 300000000LL };
+	const size_t size = (2u << 20) + 4096;
+	struct blockid id = ut_id(140);
+	char dir[PATH_MAX], other[2][PATH_MAX + 16], *buf = aligned_alloc(4096, size);
+	struct abort_arg a;
+	struct stat st;
+	pthread_t th;
+	int fd[2];
+
+	ut_mkdtemp(dir, sizeof(dir));
+	pc.root = dir;
+	ck_assert_int_eq(posix_create(&pc, &a.t), 0);
+	ut_fill(&id, 3, buf, size, 0);
+	io_set_background(true); /* as the pipeline's workers dump */
+	ck_assert_int_eq(a.t->ops->reserve(a.t, &id, 0, size, &a.h), 0);
+	ck_assert_int_eq(a.t->ops->write(a.h, buf, size, 0), (ssize_t)size);
+	io_set_background(false);
+	ck_assert_int_eq(pthread_create(&th, NULL, abort_in_thread, &a), 0);
+	usleep(100000); /* the abort waits for the first stage's write */
+	for (int i = 0; i < 2; i++) {
+		snprintf(other[i], sizeof(other[i]), "%s/other%d", dir, i);
+		fd[i] = open(other[i], O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+		ck_assert_int_ge(fd[i], 0);
+	}
+	pthread_join(th, NULL);
+	for (int i = 0; i < 2; i++) {
+		ck_assert_int_eq(fstat(fd[i], &st), 0);
+		ck_assert_msg(st.st_size == 0, "a file opened during the abort got %lld bytes",
+			      (long long)st.st_size);
+		close(fd[i]);
+	}
+	tier_destroy(a.t);
+	ut_rmtree(dir);
+	free(buf);
+}
+END_TEST
+
 START_TEST(test_posix_padding_is_not_payload)
 {
 	struct store s;
@@ -1183,6 +1246,7 @@ Suite *posix_suite(void)
 	tcase_add_test(errors, test_posix_corrupt_payload_first_byte);
 	tcase_add_test(errors, test_posix_padding_is_not_payload);
 	tcase_add_test(errors, test_posix_aio_writes);
+	tcase_add_test(errors, test_posix_aio_abort_keeps_descriptors);
 	tcase_add_test(errors, test_posix_truncated_file_quarantined);
 	tcase_add_test(errors, test_posix_truncated_after_open);
 	tcase_add_test(errors, test_posix_not_a_directory);
