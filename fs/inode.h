@@ -123,5 +123,4 @@ int itable_resv_size(struct itable *t, struct inode *ino, uint64_t *size);
 /* The bound version's attributes: 0 and *st set, or -ENOENT if ino was never bound. */
 int itable_snapshot(struct itable *t, struct inode *ino, struct stat *st);
 
-
 #endif
