@@ -207,21 +207,28 @@ static bool index_drop(struct posix *p, const struct blockid *id, uint64_t ino)
 static uint64_t capacity_now(struct posix *p, uint64_t used);
 
 /*
- * Delete the files of blocks taken out of the index (expired or evicted), each only if no
- * newer version of its id was published since: a commit renames its file into place under
+ * Delete the files of blocks taken out of the index (expired, evicted, removed), each only if
+ * no newer version of its id was published since: a commit renames its file into place under
  * p->lock, so checking the index and unlinking under it never deletes a new version's file.
+ * `bytes`, what the files take, was added to p->unlinking when they left the index: room is
+ * not handed out again until the files are really gone (see make_room()).
  */
-static void unlink_blocks(struct posix *p, const struct blockid *ids, int n)
+static void unlink_blocks(struct posix *p, const struct blockid *ids, int n, uint64_t bytes)
 {
 	for (int i = 0; i < n; i++) {
 		char path[PATH_MAX];
 
 		block_path(p, &ids[i], path, sizeof(path));
 		pthread_mutex_lock(&p->lock);
-		if (!idmap_find(&p->map, &ids[i]))
-			unlink(path);
+		if (!idmap_find(&p->map, &ids[i]) && unlink(path) && errno != ENOENT)
+			log_warn("cannot remove %s: %s", path, strerror(errno));
 		pthread_mutex_unlock(&p->lock);
 	}
+	pthread_mutex_lock(&p->lock);
+	p->unlinking -= bytes;
+	if (!p->unlinking)
+		pthread_cond_broadcast(&p->unlinked);
+	pthread_mutex_unlock(&p->lock);
 }
 
 /*
@@ -268,6 +275,10 @@ static int take_expired(struct posix *p, int64_t now, struct blockid *ids, int m
  * Make room for `need` more physical bytes: remove the coldest blocks that nobody reads,
  * expired ones first. 0, or -ENOSPC if even that cannot free enough (nothing is removed then
  * beyond what was already expired).
+ *
+ * No decision is taken while files that left the index are still being unlinked: their bytes
+ * are out of phys_used but still on disk, and a writer granted them now would push the store
+ * past its capacity for as long as the unlink takes.
  */
 static int make_room(struct posix *p, uint64_t need)
 {
@@ -278,6 +289,8 @@ static int make_room(struct posix *p, uint64_t need)
 	int nv = 0, nc = 0, rc = 0;
 
 	pthread_mutex_lock(&p->lock);
+	while (p->unlinking)
+		pthread_cond_wait(&p->unlinked, &p->lock);
 	/* open reservations have been promised their room already */
 	cap = capacity_now(p, p->phys_used);
 	if (p->phys_used + p->pending + need <= cap) {
@@ -301,13 +314,15 @@ static int make_room(struct posix *p, uint64_t need)
 	} else {
 		for (int i = 0; i < nc && nv < 64; i++) {
 			victims[nv++] = cand[i]->node.id;
+			freed += cand[i]->phys;
 			counter_add(&p->evictions, 1);
 			index_del(p, cand[i]);
 		}
-		p->pending += need;
+		p->pending += need; /* written after the unlinks below have returned */
 	}
+	p->unlinking += freed;
 	pthread_mutex_unlock(&p->lock);
-	unlink_blocks(p, victims, nv);
+	unlink_blocks(p, victims, nv, freed);
 	return rc;
 }
 
@@ -1367,20 +1382,20 @@ static void posix_abort(struct tier_handle *th)
 static int posix_remove(struct tier *t, const struct blockid *id)
 {
 	struct posix *p = posix_of(t);
-	char path[PATH_MAX];
 	struct idnode *n;
+	uint64_t phys = 0;
 	bool live = false;
 
 	pthread_mutex_lock(&p->lock);
 	n = idmap_find(&p->map, id);
 	if (n) {
 		live = !is_expired(PE(n)->deadline, mono_ns());
+		phys = PE(n)->phys;
 		index_del(p, PE(n));
 	}
+	p->unlinking += phys;
 	pthread_mutex_unlock(&p->lock);
-	block_path(p, id, path, sizeof(path));
-	if (unlink(path) && errno != ENOENT)
-		log_warn("cannot remove %s: %s", path, strerror(errno));
+	unlink_blocks(p, id, 1, phys);
 	return live ? 0 : -ENOENT; /* an expired block is already absent */
 }
 
@@ -1478,8 +1493,9 @@ static void posix_sweep(struct tier *t)
 		freed = 0;
 		pthread_mutex_lock(&p->lock);
 		n = take_expired(p, mono_ns(), ids, 64, &freed, UINT64_MAX);
+		p->unlinking += freed;
 		pthread_mutex_unlock(&p->lock);
-		unlink_blocks(p, ids, n);
+		unlink_blocks(p, ids, n, freed);
 	} while (n == 64);
 }
 
@@ -1579,6 +1595,7 @@ static void posix_destroy(struct tier *t)
 	dlheap_free(&p->deadlines);
 	if (p->lock_fd >= 0)
 		close(p->lock_fd);
+	pthread_cond_destroy(&p->unlinked);
 	pthread_mutex_destroy(&p->lock);
 	free(p->root);
 	free(p->data);
@@ -1762,6 +1779,7 @@ int posix_create(const struct posix_config *cfg, struct tier **out)
 		return -ENOMEM;
 	p->lock_fd = -1;
 	pthread_mutex_init(&p->lock, NULL);
+	pthread_cond_init(&p->unlinked, NULL);
 	idmap_init(&p->map);
 	p->lru.next = p->lru.prev = &p->lru;
 	p->layout = cfg->layout;

@@ -58,6 +58,8 @@ struct posix {
 	uint64_t phys_used;      /* protected by lock */
 	uint64_t expired_held;   /* entries expired_held; protected by lock */
 	uint64_t pending;        /* room promised to open reservations; protected by lock */
+	uint64_t unlinking;      /* bytes out of the index, not unlinked yet; protected by lock */
+	pthread_cond_t unlinked; /* unlinking fell to 0 */
 	atomic_uint_fast64_t quarantined, temp_removed, skipped;
 	atomic_uint_fast64_t from_snapshot; /* blocks the start took from the index snapshot */
 	counter_t hits, misses, bytes_read, bytes_written, expirations, checksum_failures;

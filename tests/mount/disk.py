@@ -111,18 +111,20 @@ def verify(m, blocks, what):
 
 
 def du(path):
-    """What `du -s -B1 path` counts: allocated bytes of every file and directory."""
-    total = 0
-    for root, dirs, files in os.walk(path):
+    """What `du -s -B1 path` counts: allocated bytes of every file and directory, each inode
+    once, as du does. A walk is not atomic: a block renamed from its temp name into place
+    while the walk runs can be seen under both names, and must count once."""
+    total, seen = 0, set()
+    for root, dirs, files in [(os.path.dirname(path), [os.path.basename(path)], [])] + \
+            list(os.walk(path)):
         for n in dirs + files:
             try:
-                total += os.lstat(os.path.join(root, n)).st_blocks * 512
+                st = os.lstat(os.path.join(root, n))
             except FileNotFoundError:
-                pass
-    try:
-        total += os.lstat(path).st_blocks * 512
-    except FileNotFoundError:
-        pass
+                continue
+            if (st.st_dev, st.st_ino) not in seen:
+                seen.add((st.st_dev, st.st_ino))
+                total += st.st_blocks * 512
     return total
 
 
