@@ -3,21 +3,146 @@
 #include <stdint.h>
 #include <string.h>
 
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
+/*
+ * Each direction has a vector part for x86-64 (SSE2 is part of its baseline, so no run-time
+ * dispatch) that handles 16 values per step, and a scalar part for the rest and for other
+ * machines. Both produce the layout tiers/shuffle.h describes, byte for byte: blocks written
+ * on one machine read back on another. A 16 MiB bf16 block takes ~1 ms each way instead of
+ * ~10 with the scalar loops, which the read of a block from disk waited for.
+ */
+
+#if defined(__SSE2__)
+typedef __m128i v16;
+
+static v16 load16(const uint8_t *p)
+{
+	return _mm_loadu_si128((const v16 *)p);
+}
+
+static void store16(uint8_t *p, v16 v)
+{
+	_mm_storeu_si128((v16 *)p, v);
+}
+
+/* values [0, m & ~15) of width 2; returns how many were done */
+static size_t shuffle2_vec(uint8_t *lo, uint8_t *hi, const uint8_t *s, size_t m)
+{
+	const v16 low = _mm_set1_epi16(0x00ff);
+	size_t i = 0;
+
+	for (; i + 16 <= m; i += 16) {
+		v16 a = load16(s + 2 * i), b = load16(s + 2 * i + 16);
+
+		/* each 16-bit lane is one value: its low byte to lo, its high byte to hi (the
+		 * lanes are 0..255 after the mask or the shift, so packing saturates nothing) */
+		store16(lo + i, _mm_packus_epi16(_mm_and_si128(a, low), _mm_and_si128(b, low)));
+		store16(hi + i, _mm_packus_epi16(_mm_srli_epi16(a, 8), _mm_srli_epi16(b, 8)));
+	}
+	return i;
+}
+
+static size_t unshuffle2_vec(uint8_t *d, const uint8_t *lo, const uint8_t *hi, size_t m)
+{
+	size_t i = 0;
+
+	for (; i + 16 <= m; i += 16) {
+		v16 a = load16(lo + i), b = load16(hi + i);
+
+		store16(d + 2 * i, _mm_unpacklo_epi8(a, b));
+		store16(d + 2 * i + 16, _mm_unpackhi_epi8(a, b));
+	}
+	return i;
+}
+
+static size_t shuffle4_vec(uint8_t *d, const uint8_t *s, size_t m)
+{
+	const v16 low = _mm_set1_epi32(0xff);
+	size_t i = 0;
+
+	for (; i + 16 <= m; i += 16) {
+		v16 x[4];
+
+		for (int j = 0; j < 4; j++)
+			x[j] = load16(s + 4 * i + 16 * j);
+		for (int k = 0; k < 4; k++) {
+			v16 a[4];
+
+			/* byte k of each 32-bit lane, as a lane of 0..255, packed down to bytes */
+			for (int j = 0; j < 4; j++)
+				a[j] = _mm_and_si128(_mm_srli_epi32(x[j], 8 * k), low);
+			store16(d + (size_t)k * m + i,
+				_mm_packus_epi16(_mm_packs_epi32(a[0], a[1]),
+						 _mm_packs_epi32(a[2], a[3])));
+		}
+	}
+	return i;
+}
+
+static size_t unshuffle4_vec(uint8_t *d, const uint8_t *s, size_t m)
+{
+	size_t i = 0;
+
+	for (; i + 16 <= m; i += 16) {
+		v16 p0 = load16(s + i), p1 = load16(s + m + i);
+		v16 p2 = load16(s + 2 * m + i), p3 = load16(s + 3 * m + i);
+		/* bytes 0,1 of values 0-7 and 8-15, then bytes 2,3 of the same */
+		v16 t0 = _mm_unpacklo_epi8(p0, p1), t1 = _mm_unpackhi_epi8(p0, p1);
+		v16 t2 = _mm_unpacklo_epi8(p2, p3), t3 = _mm_unpackhi_epi8(p2, p3);
+
+		store16(d + 4 * i, _mm_unpacklo_epi16(t0, t2));
+		store16(d + 4 * i + 16, _mm_unpackhi_epi16(t0, t2));
+		store16(d + 4 * i + 32, _mm_unpacklo_epi16(t1, t3));
+		store16(d + 4 * i + 48, _mm_unpackhi_epi16(t1, t3));
+	}
+	return i;
+}
+#else
+static size_t shuffle2_vec(uint8_t *lo, uint8_t *hi, const uint8_t *s, size_t m)
+{
+	(void)lo, (void)hi, (void)s, (void)m;
+	return 0;
+}
+
+static size_t unshuffle2_vec(uint8_t *d, const uint8_t *lo, const uint8_t *hi, size_t m)
+{
+	(void)d, (void)lo, (void)hi, (void)m;
+	return 0;
+}
+
+static size_t shuffle4_vec(uint8_t *d, const uint8_t *s, size_t m)
+{
+	(void)d, (void)s, (void)m;
+	return 0;
+}
+
+static size_t unshuffle4_vec(uint8_t *d, const uint8_t *s, size_t m)
+{
+	(void)d, (void)s, (void)m;
+	return 0;
+}
+#endif
+
 void shuffle_bytes(void *out, const void *in, size_t n, unsigned width)
 {
 	const uint8_t *s = in;
 	uint8_t *d = out;
-	size_t m = n / width;
+	size_t m = n / width, i = 0;
 
 	if (width == 2) {
 		uint8_t *lo = d, *hi = d + m;
 
-		for (size_t i = 0; i < m; i++) {
+		for (i = shuffle2_vec(lo, hi, s, m); i < m; i++) {
 			lo[i] = s[2 * i];
 			hi[i] = s[2 * i + 1];
 		}
 	} else {
-		for (size_t i = 0; i < m; i++)
+		if (width == 4)
+			i = shuffle4_vec(d, s, m);
+		for (; i < m; i++)
 			for (unsigned k = 0; k < width; k++)
 				d[k * m + i] = s[width * i + k];
 	}
@@ -28,17 +153,19 @@ void unshuffle_bytes(void *out, const void *in, size_t n, unsigned width)
 {
 	const uint8_t *s = in;
 	uint8_t *d = out;
-	size_t m = n / width;
+	size_t m = n / width, i = 0;
 
 	if (width == 2) {
 		const uint8_t *lo = s, *hi = s + m;
 
-		for (size_t i = 0; i < m; i++) {
+		for (i = unshuffle2_vec(d, lo, hi, m); i < m; i++) {
 			d[2 * i] = lo[i];
 			d[2 * i + 1] = hi[i];
 		}
 	} else {
-		for (size_t i = 0; i < m; i++)
+		if (width == 4)
+			i = unshuffle4_vec(d, s, m);
+		for (; i < m; i++)
 			for (unsigned k = 0; k < width; k++)
 				d[width * i + k] = s[k * m + i];
 	}
