@@ -169,6 +169,38 @@ static void slab_free(void *p, size_t len)
 	pthread_mutex_unlock(&c->lock);
 }
 
+/*
+ * A mapping of HUGE or more bytes starts on a HUGE boundary and asks for transparent huge
+ * pages (MADV_HUGEPAGE: the machine's setting is usually "madvise"): its first touch then
+ * costs one fault per 2 MiB instead of one per 4 KiB. A block loaded from disk is written
+ * into a fresh buffer, and on a virtual machine 4096 faults for a 16 MiB block took longer
+ * than reading it from the disk (55 ms against 4 ms with huge pages, tools: ucm-bench cold
+ * reads). Where huge pages are not available the advice fails and nothing changes.
+ */
+#define HUGE (2u << 20)
+
+static void *map_huge(size_t len, bool populate)
+{
+	char *m = mmap(NULL, len + HUGE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1,
+		       0);
+	uintptr_t a;
+
+	if (m == MAP_FAILED)
+		return NULL;
+	a = ((uintptr_t)m + HUGE - 1) & ~(uintptr_t)(HUGE - 1);
+	if (a > (uintptr_t)m)
+		munmap(m, a - (uintptr_t)m);
+	munmap((char *)a + len, (uintptr_t)m + HUGE - a);
+	madvise((void *)a, len, MADV_HUGEPAGE);
+#ifdef MADV_POPULATE_WRITE
+	if (populate)
+		madvise((void *)a, len, MADV_POPULATE_WRITE);
+#else
+	(void)populate;
+#endif
+	return (void *)a;
+}
+
 void *buf_alloc(size_t size, bool populate)
 {
 	size_t len = mapped_len(size);
@@ -176,6 +208,8 @@ void *buf_alloc(size_t size, bool populate)
 
 	if (!mapped(size))
 		return slab_alloc(len);
+	if (len >= HUGE)
+		return map_huge(len, populate);
 	p = mmap(NULL, len, PROT_READ | PROT_WRITE,
 		 MAP_PRIVATE | MAP_ANONYMOUS | (populate ? MAP_POPULATE : 0), -1, 0);
 	return p == MAP_FAILED ? NULL : p;
