@@ -751,8 +751,10 @@ int load_start(struct pipeline *p, struct loading *ld)
 /* Fetch the pieces covering [off, end), then let the worker go on ahead. 0 or an error. */
 static int fetch_range(struct pipeline *p, struct loading *ld, uint64_t off, uint64_t end)
 {
-	/* the first read points the worker just past itself */
-	load_hint(ld, (uint32_t)((end - 1) / ld->piece + 1) % ld->npieces);
+	/* the first read points the worker just past its own first piece: a read of several
+	 * pieces (a 1 MiB request over 256 KiB chunks) then has the worker fetching its second
+	 * piece while it fetches the first, and they leapfrog through the rest */
+	load_hint(ld, (uint32_t)(off / ld->piece + 1) % ld->npieces);
 	for (uint64_t i = off / ld->piece; i * ld->piece < end; i++) {
 		int rc = fetch_piece(p, ld, (uint32_t)i);
 
