@@ -224,7 +224,31 @@ void *buf_resize(void *p, size_t old_size, size_t new_size)
 	if (mapped_len(old_size) == mapped_len(new_size))
 		return p;
 	if (mapped(old_size) && mapped(new_size)) {
-		q = mremap(p, mapped_len(old_size), mapped_len(new_size), MREMAP_MAYMOVE);
+		size_t ol = mapped_len(old_size), nl = mapped_len(new_size);
+
+		if (nl > ol && nl >= HUGE) {
+			/* a block written without a declared size grows 1, 2, 4, ... MiB: it goes
+			 * to a place of its own on a huge-page boundary, with huge pages, so that
+			 * each 2 MiB it grows into takes one fault. Under 2 MiB its bytes are
+			 * copied (their small pages would keep the first 2 MiB from being one huge
+			 * page); from 2 MiB on its pages move as they are. */
+			void *dst = map_huge(nl, false);
+
+			if (dst && ol < HUGE) {
+				memcpy(dst, p, ol);
+				munmap(p, ol);
+				return dst;
+			}
+			if (dst) {
+				q = mremap(p, ol, nl, MREMAP_MAYMOVE | MREMAP_FIXED, dst);
+				if (q != MAP_FAILED) {
+					madvise(q, nl, MADV_HUGEPAGE); /* the move kept p's advice */
+					return q;
+				}
+				munmap(dst, nl);
+			}
+		}
+		q = mremap(p, ol, nl, MREMAP_MAYMOVE);
 		return q == MAP_FAILED ? NULL : q;
 	}
 	/* between slab classes, or to or from a mapping: copy what fits */

@@ -27,7 +27,8 @@ static bool all_byte(const unsigned char *p, size_t n, unsigned char b)
 START_TEST(test_buf_sizes)
 {
 	static const size_t sizes[] = { 0, 1, 4095, 4096, 4097, 12288, 65536, 200000,
-					(256u << 10) - 1, 256u << 10, (1u << 20) + 3 };
+					(256u << 10) - 1, 256u << 10, (1u << 20) + 3, 2u << 20,
+					(16u << 20) + 3 };
 
 	for (size_t k = 0; k < sizeof(sizes) / sizeof(sizes[0]); k++) {
 		size_t n = buf_round(sizes[k] ? sizes[k] : 1);
@@ -89,6 +90,37 @@ START_TEST(test_buf_resize)
 		p = buf_resize(p, cur, steps[k]);
 		ck_assert_ptr_nonnull(p);
 		UT_CHECK(all_byte(p, keep, 0x3c), "resize %zu -> %zu lost bytes", cur, steps[k]);
+		memset(p, 0x3c, steps[k]);
+		cur = steps[k];
+	}
+	buf_free(p, cur);
+}
+END_TEST
+
+/*
+ * A block written without a declared size grows geometrically across the huge-page size
+ * (its buffer moves to a huge-page boundary): every byte written before a step is kept, the
+ * grown part reads as zeros, and shrinking back keeps the head.
+ */
+START_TEST(test_buf_resize_across_huge)
+{
+	static const size_t steps[] = { 1u << 20, 2u << 20, (4u << 20) + 4097, 16u << 20,
+					3u << 20, (32u << 20) + 1 };
+	size_t cur = 300000;
+	unsigned char *p = buf_alloc(cur, false);
+
+	ck_assert_ptr_nonnull(p);
+	memset(p, 0x3c, cur);
+	for (size_t k = 0; k < sizeof(steps) / sizeof(steps[0]); k++) {
+		size_t keep = cur < steps[k] ? cur : steps[k];
+
+		p = buf_resize(p, cur, steps[k]);
+		ck_assert_ptr_nonnull(p);
+		UT_CHECK((uintptr_t)p % BUF_ALIGN == 0, "resize %zu -> %zu: not page-aligned",
+			 cur, steps[k]);
+		UT_CHECK(all_byte(p, keep, 0x3c), "resize %zu -> %zu lost bytes", cur, steps[k]);
+		UT_CHECK(all_zero(p + buf_round(keep), buf_round(steps[k]) - buf_round(keep)),
+			 "resize %zu -> %zu: the grown part is not zero-filled", cur, steps[k]);
 		memset(p, 0x3c, steps[k]);
 		cur = steps[k];
 	}
@@ -162,6 +194,7 @@ Suite *buf_suite(void)
 	tcase_add_test(core, test_buf_sizes);
 	tcase_add_test(core, test_buf_disjoint_and_reused_zeroed);
 	tcase_add_test(core, test_buf_resize);
+	tcase_add_test(core, test_buf_resize_across_huge);
 	tcase_add_test(core, test_buf_threads);
 	suite_add_tcase(s, core);
 	return s;
