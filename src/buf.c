@@ -173,9 +173,10 @@ static void slab_free(void *p, size_t len)
  * A mapping of HUGE or more bytes starts on a HUGE boundary and asks for transparent huge
  * pages (MADV_HUGEPAGE: the machine's setting is usually "madvise"): its first touch then
  * costs one fault per 2 MiB instead of one per 4 KiB. A block loaded from disk is written
- * into a fresh buffer, and on a virtual machine 4096 faults for a 16 MiB block took longer
- * than reading it from the disk (55 ms against 4 ms with huge pages, tools: ucm-bench cold
- * reads). Where huge pages are not available the advice fails and nothing changes.
+ * into a fresh buffer, and on a virtual machine the 4096 faults of a 16 MiB block took longer
+ * than reading it from the disk (filling a fresh 16 MiB mapping: 55 ms, 4 ms with huge pages;
+ * docs/BENCHMARKS.md "Fresh memory"). Where huge pages are not available the advice fails
+ * and nothing changes.
  */
 #define HUGE (2u << 20)
 
