@@ -170,28 +170,26 @@ static void slab_free(void *p, size_t len)
 }
 
 /*
- * A mapping of HUGE or more bytes starts on a HUGE boundary and asks for transparent huge
- * pages (MADV_HUGEPAGE: the machine's setting is usually "madvise"): its first touch then
+ * A mapping of BUF_HUGE or more bytes starts on a BUF_HUGE boundary and asks for transparent
+ * huge pages (MADV_HUGEPAGE: the machine's setting is usually "madvise"): its first touch then
  * costs one fault per 2 MiB instead of one per 4 KiB. A block loaded from disk is written
  * into a fresh buffer, and on a virtual machine the 4096 faults of a 16 MiB block took longer
  * than reading it from the disk (filling a fresh 16 MiB mapping: 55 ms, 4 ms with huge pages;
  * docs/BENCHMARKS.md "Fresh memory"). Where huge pages are not available the advice fails
  * and nothing changes.
  */
-#define HUGE (2u << 20)
-
 static void *map_huge(size_t len, bool populate)
 {
-	char *m = mmap(NULL, len + HUGE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1,
-		       0);
+	char *m = mmap(NULL, len + BUF_HUGE, PROT_READ | PROT_WRITE,
+		       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 	uintptr_t a;
 
 	if (m == MAP_FAILED)
 		return NULL;
-	a = ((uintptr_t)m + HUGE - 1) & ~(uintptr_t)(HUGE - 1);
+	a = ((uintptr_t)m + BUF_HUGE - 1) & ~(uintptr_t)(BUF_HUGE - 1);
 	if (a > (uintptr_t)m)
 		munmap(m, a - (uintptr_t)m);
-	munmap((char *)a + len, (uintptr_t)m + HUGE - a);
+	munmap((char *)a + len, (uintptr_t)m + BUF_HUGE - a);
 	madvise((void *)a, len, MADV_HUGEPAGE);
 #ifdef MADV_POPULATE_WRITE
 	if (populate)
@@ -209,7 +207,7 @@ void *buf_alloc(size_t size, bool populate)
 
 	if (!mapped(size))
 		return slab_alloc(len);
-	if (len >= HUGE)
+	if (len >= BUF_HUGE)
 		return map_huge(len, populate);
 	p = mmap(NULL, len, PROT_READ | PROT_WRITE,
 		 MAP_PRIVATE | MAP_ANONYMOUS | (populate ? MAP_POPULATE : 0), -1, 0);
@@ -227,7 +225,7 @@ void *buf_resize(void *p, size_t old_size, size_t new_size)
 	if (mapped(old_size) && mapped(new_size)) {
 		size_t ol = mapped_len(old_size), nl = mapped_len(new_size);
 
-		if (nl > ol && nl >= HUGE) {
+		if (nl > ol && nl >= BUF_HUGE) {
 			/* a block written without a declared size grows 1, 2, 4, ... MiB: it goes
 			 * to a place of its own on a huge-page boundary, with huge pages, so that
 			 * each 2 MiB it grows into takes one fault. Under 2 MiB its bytes are
@@ -235,7 +233,7 @@ void *buf_resize(void *p, size_t old_size, size_t new_size)
 			 * page); from 2 MiB on its pages move as they are. */
 			void *dst = map_huge(nl, false);
 
-			if (dst && ol < HUGE) {
+			if (dst && ol < BUF_HUGE) {
 				memcpy(dst, p, ol);
 				munmap(p, ol);
 				return dst;
@@ -243,7 +241,8 @@ void *buf_resize(void *p, size_t old_size, size_t new_size)
 			if (dst) {
 				q = mremap(p, ol, nl, MREMAP_MAYMOVE | MREMAP_FIXED, dst);
 				if (q != MAP_FAILED) {
-					madvise(q, nl, MADV_HUGEPAGE); /* the move kept p's advice */
+					/* the move kept p's advice */
+					madvise(q, nl, MADV_HUGEPAGE);
 					return q;
 				}
 				munmap(dst, nl);

@@ -9,6 +9,8 @@
 #include <stddef.h>
 
 #define BUF_ALIGN 4096
+/* Buffers of this size and up are aligned to it and use transparent huge pages (buf.c). */
+#define BUF_HUGE (2u << 20)
 
 static inline size_t buf_round(size_t n)
 {

@@ -722,7 +722,13 @@ static ssize_t cache_write(struct tier_handle *th, const void *buf, size_t len, 
 	if (end > b->cap) {
 		/* grow geometrically so a block written in small pieces is not copied often */
 		uint64_t want = b->cap * 2 > end ? b->cap * 2 : end;
-		int rc = resize_reservation(cache_of(th->tier), b, want);
+		int rc;
+
+		/* a block past 1 MiB is a large one: 2 MiB at once is one huge page, where
+		 * 1 MiB would be 256 small pages, faulted in and then copied (src/buf.c) */
+		if (want >= BUF_HUGE / 2 && want < BUF_HUGE)
+			want = BUF_HUGE;
+		rc = resize_reservation(cache_of(th->tier), b, want);
 
 		if (rc == -ENOSPC && want > end)
 			rc = resize_reservation(cache_of(th->tier), b, end);
