@@ -729,7 +729,6 @@ static ssize_t cache_write(struct tier_handle *th, const void *buf, size_t len, 
 		if (want >= BUF_HUGE / 2 && want < BUF_HUGE)
 			want = BUF_HUGE;
 		rc = resize_reservation(cache_of(th->tier), b, want);
-
 		if (rc == -ENOSPC && want > end)
 			rc = resize_reservation(cache_of(th->tier), b, end);
 		if (rc)
