@@ -75,43 +75,18 @@ START_TEST(test_buf_disjoint_and_reused_zeroed)
 }
 END_TEST
 
-/* Resizing keeps the bytes that fit, across classes and to and from mappings. */
-START_TEST(test_buf_resize)
-{
-	static const size_t steps[] = { 4096, 8192, 8000, 100000, 300000, 2u << 20, 50000, 4096 };
-	size_t cur = 1000;
-	unsigned char *p = buf_alloc(cur, false);
-
-	ck_assert_ptr_nonnull(p);
-	memset(p, 0x3c, cur);
-	for (size_t k = 0; k < sizeof(steps) / sizeof(steps[0]); k++) {
-		size_t keep = cur < steps[k] ? cur : steps[k];
-
-		p = buf_resize(p, cur, steps[k]);
-		ck_assert_ptr_nonnull(p);
-		UT_CHECK(all_byte(p, keep, 0x3c), "resize %zu -> %zu lost bytes", cur, steps[k]);
-		memset(p, 0x3c, steps[k]);
-		cur = steps[k];
-	}
-	buf_free(p, cur);
-}
-END_TEST
-
 /*
- * A block written without a declared size grows geometrically across the huge-page size
- * (its buffer moves to a huge-page boundary): every byte written before a step is kept, the
- * grown part reads as zeros, and shrinking back keeps the head.
+ * Resize a buffer of `first` bytes through steps[]: each step keeps the bytes that fit, the
+ * buffer stays page-aligned, and the part it grew by reads as zeros.
  */
-START_TEST(test_buf_resize_across_huge)
+static void resize_through(size_t first, const size_t *steps, size_t n)
 {
-	static const size_t steps[] = { 1u << 20, 2u << 20, (4u << 20) + 4097, 16u << 20,
-					3u << 20, (32u << 20) + 1 };
-	size_t cur = 300000;
+	size_t cur = first;
 	unsigned char *p = buf_alloc(cur, false);
 
 	ck_assert_ptr_nonnull(p);
 	memset(p, 0x3c, cur);
-	for (size_t k = 0; k < sizeof(steps) / sizeof(steps[0]); k++) {
+	for (size_t k = 0; k < n; k++) {
 		size_t keep = cur < steps[k] ? cur : steps[k];
 
 		p = buf_resize(p, cur, steps[k]);
@@ -125,6 +100,28 @@ START_TEST(test_buf_resize_across_huge)
 		cur = steps[k];
 	}
 	buf_free(p, cur);
+}
+
+/* Resizing keeps the bytes that fit, across classes and to and from mappings. */
+START_TEST(test_buf_resize)
+{
+	static const size_t steps[] = { 4096, 8192, 8000, 100000, 300000, 2u << 20, 50000, 4096 };
+
+	resize_through(1000, steps, sizeof(steps) / sizeof(steps[0]));
+}
+END_TEST
+
+/*
+ * A block written without a declared size grows geometrically across the huge-page size
+ * (its buffer moves to a huge-page boundary, its first 2 MiB copied, the rest moved), and
+ * shrinks back at commit.
+ */
+START_TEST(test_buf_resize_across_huge)
+{
+	static const size_t steps[] = { 1u << 20, 2u << 20, (4u << 20) + 4097, 16u << 20,
+					3u << 20, (32u << 20) + 1 };
+
+	resize_through(300000, steps, sizeof(steps) / sizeof(steps[0]));
 }
 END_TEST
 
