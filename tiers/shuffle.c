@@ -12,7 +12,7 @@
  * dispatch) that handles 16 values per step, and a scalar part for the rest and for other
  * machines. Both produce the layout tiers/shuffle.h describes, byte for byte: blocks written
  * on one machine read back on another. A 16 MiB bf16 block takes ~1 ms each way instead of
- * ~10 with the scalar loops, which the read of a block from disk waited for.
+ * ~4 with the scalar loops (18-19 GB/s against 3.9), which a load from disk waited for.
  */
 
 #if defined(__SSE2__)
