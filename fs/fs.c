@@ -618,7 +618,7 @@ static void op_fsync(fuse_req_t req, fuse_ino_t nid, int datasync, struct fuse_f
 
 /* --- data -------------------------------------------------------------------------------- */
 
-static void do_read(fuse_req_t req, struct fh *fh, size_t size, off_t off);
+static bool do_read(fuse_req_t req, struct fh *fh, size_t size, off_t off);
 
 static void op_read(fuse_req_t req, fuse_ino_t nid, size_t size, off_t off,
 		    struct fuse_file_info *fi)
@@ -626,14 +626,77 @@ static void op_read(fuse_req_t req, fuse_ino_t nid, size_t size, off_t off,
 	struct fh *fh = fh_of(fi);
 
 	atomic_fetch_add(&fh->inflight, 1);
-	do_read(req, fh, size, off);
-	atomic_fetch_sub(&fh->inflight, 1);
+	if (!do_read(req, fh, size, off))
+		atomic_fetch_sub(&fh->inflight, 1);
+	/* else answered by read_done(), which may have run already: fh is not ours to touch */
 }
 
-static void do_read(fuse_req_t req, struct fh *fh, size_t size, off_t off)
+/* A read of a block whose bytes are still on their way from disk. */
+struct read_wait {
+	fuse_req_t req;
+	struct fh *fh;
+	size_t size;
+};
+
+/* The bytes of a read_wait are in (or failed): answer from the thread that fetched them. */
+static void read_done(void *arg, const void *data, int err)
+{
+	struct read_wait *w = arg;
+	struct fh *fh = w->fh;
+
+	if (data) {
+		counter_add(&fs_of(w->req)->read_bytes, w->size);
+		fuse_reply_buf(w->req, data, w->size);
+	} else {
+		fuse_reply_err(w->req, -err);
+	}
+	free(w);
+	atomic_fetch_sub(&fh->inflight, 1); /* release may go on */
+}
+
+/*
+ * Answer a read of a block straight from its memory: at once if the bytes are there, else
+ * later, by read_done() in the thread that fetches them (*later), so that no session thread
+ * waits for the disk. false: not answered; copy with read().
+ */
+static bool read_mapped(fuse_req_t req, struct fh *fh, size_t size, off_t off, bool *later)
+{
+	const struct tier_ops *ops = fh->h->tier->ops;
+	struct read_wait *w = NULL;
+	const void *data = NULL;
+	int rc = -ENOTSUP;
+
+	*later = false;
+	if (ops->map_start && (w = malloc(sizeof(*w)))) {
+		w->req = req;
+		w->fh = fh;
+		w->size = size;
+		rc = ops->map_start(fh->h, (uint64_t)off, size, read_done, w, &data);
+		if (rc == 0) {
+			*later = true;
+			return true;
+		}
+		free(w);
+	} else if (ops->map) {
+		data = ops->map(fh->h, (uint64_t)off, size);
+		rc = data ? 1 : -ENOTSUP;
+	}
+	if (rc == 1) {
+		counter_add(&fs_of(req)->read_bytes, size);
+		fuse_reply_buf(req, data, size);
+		return true;
+	}
+	if (rc != -ENOTSUP && rc != -ENOMEM) {
+		fuse_reply_err(req, -rc);
+		return true;
+	}
+	return false;
+}
+
+/* true if the reply comes later, from another thread. */
+static bool do_read(fuse_req_t req, struct fh *fh, size_t size, off_t off)
 {
 	struct ucmfs *fs = fs_of(req);
-	const char *data;
 	char *buf;
 	ssize_t n;
 
@@ -641,7 +704,7 @@ static void do_read(fuse_req_t req, struct fh *fh, size_t size, off_t off)
 		size_t len = (size_t)off >= fh->len ? 0 : fh->len - (size_t)off;
 
 		fuse_reply_buf(req, fh->text + (len ? off : 0), len < size ? len : size);
-		return;
+		return false;
 	}
 	if (fh->kind == FH_QUERY) {
 		buf = malloc(size ? size : 1);
@@ -651,27 +714,29 @@ static void do_read(fuse_req_t req, struct fh *fh, size_t size, off_t off)
 		else
 			fuse_reply_buf(req, buf, (size_t)n);
 		free(buf);
-		return;
+		return false;
 	}
 	if (fh->kind == FH_READ || fh->kind == FH_WRITE)
 		counter_add(&fs->read_requests, 1);
 	if (fh->kind == FH_READ) {
+		bool later;
+
 		if ((uint64_t)off >= fh->size)
 			size = 0;
 		else if (size > fh->size - (uint64_t)off)
 			size = (size_t)(fh->size - (uint64_t)off);
-		/* straight from the memory tier's buffer (fetched from disk first if need be) */
-		data = size ? fs->pipe->ops->map(fh->h, (uint64_t)off, size) : NULL;
-		if (data || size == 0) {
-			counter_add(&fs->read_bytes, size);
-			fuse_reply_buf(req, data, size);
-			return;
+		if (size == 0) {
+			fuse_reply_buf(req, NULL, 0);
+			return false;
 		}
+		/* straight from the memory tier's buffer (fetched from disk first if need be) */
+		if (read_mapped(req, fh, size, off, &later))
+			return later;
 	}
 	buf = malloc(size ? size : 1);
 	if (!buf) {
 		fuse_reply_err(req, ENOMEM);
-		return;
+		return false;
 	}
 	if (fh->kind == FH_WRITE) {
 		pthread_mutex_lock(&fh->lock);
@@ -697,6 +762,7 @@ static void do_read(fuse_req_t req, struct fh *fh, size_t size, off_t off)
 		fuse_reply_buf(req, buf, (size_t)n);
 	}
 	free(buf);
+	return false;
 }
 
 static void op_write(fuse_req_t req, fuse_ino_t nid, const char *buf, size_t size, off_t off,

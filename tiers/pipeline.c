@@ -219,6 +219,22 @@ static const void *pipe_map(struct tier_handle *th, uint64_t off, size_t len)
 	return h->kind == PH_LOADING ? d : d + off;
 }
 
+static int pipe_map_start(struct tier_handle *th, uint64_t off, size_t len, tier_map_fn done,
+			  void *arg, const void **out)
+{
+	struct pphandle *h = (struct pphandle *)th;
+	const char *d;
+
+	if (h->kind == PH_LOADING)
+		return load_map_start(pipe_of(th->tier), h->ld, off, len, done, arg, out);
+	d = h->kind == PH_READ ? tier_data(h->in) : NULL;
+	if (!d)
+		return -ENOTSUP;
+	counter_add(&pipe_of(th->tier)->mem_bytes_out, len);
+	*out = d + off;
+	return 1;
+}
+
 static uint64_t session_size(const struct session *s)
 {
 	uint64_t end = extents_end(&s->ext);
@@ -862,6 +878,9 @@ static void pipe_metrics(struct tier *t, struct metrics *m)
 		      "queue=\"load\"", (double)c.load_queue);
 	metrics_gauge(m, "ucmfs_disk_queue_depth", "Disk operations queued or running.",
 		      "queue=\"dump\"", (double)c.dump_queue);
+	metrics_gauge(m, "ucmfs_reads_waiting",
+		      "Reads waiting for their bytes to come from disk.", "",
+		      (double)c.reads_waiting);
 	metrics_counter(m, "ucmfs_tier_bytes_out_total", "Bytes read from the tier.",
 			"tier=\"mem\"", counter_get(&p->mem_bytes_out));
 	metrics_histogram(m, "ucmfs_load_seconds", "Time to load a block from disk into memory.",
@@ -883,6 +902,7 @@ const struct tier_ops tier_pipeline_ops = {
 	.read = pipe_read,
 	.data = pipe_data,
 	.map = pipe_map,
+	.map_start = pipe_map_start,
 	.stat = pipe_stat,
 	.close = pipe_close,
 	.reserve = pipe_reserve,
@@ -920,6 +940,7 @@ void pipeline_counters(struct tier *t, struct pipeline_counters *out)
 	out->dump_queue = jobs_pending(p, &loads);
 	out->load_queue = loads;
 	out->dump_queue -= loads;
+	out->reads_waiting = atomic_load(&p->reads_waiting);
 }
 
 int pipeline_create(const struct pipeline_config *cfg, struct tier **out)

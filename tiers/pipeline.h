@@ -37,6 +37,7 @@ struct pipeline_counters {
 	uint64_t dumps, dump_errors, loads, load_errors, spills, streamed_opens;
 	uint64_t dump_yields;
 	uint64_t dump_queue, load_queue; /* queued or running */
+	uint64_t reads_waiting;          /* reads waiting for pieces of a load */
 };
 void pipeline_counters(struct tier *t, struct pipeline_counters *out);
 

@@ -74,6 +74,7 @@ struct pipeline {
 	atomic_uint_fast64_t commits_ok, commits_incomplete, commits_failed;
 	atomic_uint_fast64_t dumps, dump_errors, loads, load_errors, spills, streamed;
 	atomic_uint_fast64_t dump_yields; /* loads a worker ran between the pieces of a dump */
+	atomic_uint reads_waiting;   /* reads waiting for pieces of a load */
 	counter_t mem_bytes_out;     /* bytes readers got from memory */
 	struct histogram load_hist, dump_hist;
 	_Atomic int64_t last_commit; /* see commit_time() */
@@ -109,7 +110,7 @@ void enqueue_dump(struct pipeline *p, struct tier_handle *rd, const struct block
 
 /*
  * Open id from below for reading through the memory tier. Joins the load of id in flight or
- * starts one (a worker fetches the block ahead while readers fetch the pieces they need).
+ * starts one (workers fetch the pieces readers wait for first, then the rest).
  * Returns 0 with *ld (a reference) or, when memory has no room for it, with *direct (a
  * handle that reads straight from below); -ENOENT; -EIO. A reader takes only the room that
  * can be made at once; the daemon's own opens (wait: prefetch, replacement) also wait for
@@ -126,6 +127,10 @@ ssize_t load_read(struct pipeline *p, struct loading *ld, void *buf, size_t len,
 const void *load_data(struct loading *ld);
 /* Bytes [off, off+len) once fetched (see tier_ops.map); NULL on a fetch error. */
 const void *load_map(struct pipeline *p, struct loading *ld, uint64_t off, size_t len);
+/* The same without waiting (see tier_ops.map_start): 1 with *out, 0 (done() will be called
+ * by the worker that fetches the last piece of the range), or -errno. */
+int load_map_start(struct pipeline *p, struct loading *ld, uint64_t off, size_t len,
+		   tier_map_fn done, void *arg, const void **out);
 void load_stat(struct loading *ld, struct block_attr *attr);
 void load_put(struct pipeline *p, struct loading *ld);
 

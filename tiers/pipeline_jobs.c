@@ -6,8 +6,8 @@
  *
  * Workers serve two queues, loads first: a reader may be waiting for a load, nobody waits for
  * a dump (except fsync, which runs its dump itself). They run at nice WORKER_NICE, so that
- * the compression and writing of dumps takes the CPU the FUSE threads leave (a reader fetches
- * the pieces it waits for itself, at its own priority).
+ * the compression and writing of dumps takes the CPU the FUSE threads leave (the FUSE threads
+ * answer hot reads, and never wait for the disk themselves).
  *
  * A dump writes the cache's committed version below (outside any lock) and publishes it under
  * the id's stripe only if that version is still the cache's live one; then marks it clean.
@@ -16,21 +16,24 @@
  *
  * A load is single-flight and streaming. The first reader of a block that is only on disk
  * creates a `struct loading`: a cache reservation of the block's size split into pieces of
- * PIECE bytes, each TODO, BUSY or DONE. Every reader fetches (or waits for) just the pieces its
- * read covers, so the first bytes come back as soon as their piece is in; a worker fetches the
- * others in order ahead of it (from the piece after the first read, wrapping around), in
- * parallel with the readers (the tier below allows parallel reads of one handle), so that a
- * reader and the worker decode different pieces at once; the disk tier reads ahead of that
- * stream (the kernel's read-ahead, or its own prefetch with io=aio), and the worker's reads
- * are background IO (tiers/io.h), which the disk serves after the readers' own. The worker
- * is queued at open (an open loads the block, DESIGN.md section 3) but gives the first read
- * HINT_WAIT to arrive, so that a reader of one shard finds the disk free for its own piece.
- * When every piece is in, the worker admits the block into the cache
- * (TIER_COMMIT_LOADED|PIN, under the stripe, only if the version below is still the one read)
- * and the load leaves the in-flight map; its readers keep reading its buffer, which is now the
- * cache's pinned block (or, if admission was refused, their private copy).
+ * PIECE bytes, each TODO, BUSY or DONE. Only workers fetch pieces. A read never waits in the
+ * thread that asked: it leaves a waiter on the load (load_map_start()) naming the pieces it
+ * covers and returns; the worker that fetches the last of them calls the waiter back with the
+ * bytes, so the first bytes come back as soon as their pieces are in, and a session thread is
+ * never parked on the disk. Up to LOAD_RUNNERS workers run one load at once (the tier below
+ * allows parallel reads of one handle), each taking the next piece to fetch: first the
+ * pieces waiters lack (as foreground IO, tiers/io.h), then the others in order from the first
+ * read's piece, wrapping around (background IO, which the disk serves after the foreground);
+ * the disk tier reads ahead of that stream (the kernel's read-ahead, or its own prefetch with
+ * io=aio). The load is queued at open (an open loads the block, DESIGN.md section 3) but its
+ * runners give the first read HINT_WAIT to arrive, so that a reader of one shard has its
+ * piece fetched first. When every piece is in, the last runner admits the block into the
+ * cache (TIER_COMMIT_LOADED|PIN, under the stripe, only if the version below is still the one
+ * read) and the load leaves the in-flight map; its readers keep reading its buffer, which is
+ * now the cache's pinned block (or, if admission was refused, their private copy).
  *
- * Locks: p->lock (maps) -> ld->lock (pieces); qlock (queues) alone. No lock across IO.
+ * Locks: p->lock (maps) -> ld->lock (pieces, waiters); qlock (queues) alone. No lock across
+ * IO, and no waiter is called back with a lock held.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -52,8 +55,21 @@
 #define HINT_WAIT_NS 2000000 /* how long the worker waits for the first read to say where */
 #define MAX_PIECES 4096
 #define WORKER_NICE 5 /* workers' nice value: mostly compression and disk writes */
+#define LOAD_RUNNERS 2 /* workers fetching the pieces of one load at once (2 CPUs) */
 
 enum { P_TODO, P_BUSY, P_DONE };
+
+/* A read waiting for pieces [first, last] of a load. */
+struct load_waiter {
+	struct load_waiter *next;
+	uint32_t first, last;
+	uint64_t off;                /* the read's bytes: [off, off + len) */
+	size_t len;
+	tier_map_fn done;            /* NULL: a thread waits on ld->cond for `finished` */
+	void *arg;
+	int err;
+	bool finished;
+};
 
 struct dump_job {
 	struct dump_job *next;
@@ -68,6 +84,7 @@ struct loading {
 	int refs;                    /* readers + the worker's job; protected by p->lock */
 	bool listed;                 /* in p->loading; protected by p->lock */
 	struct loading *qnext;       /* in the load queue; protected by p->qlock */
+	unsigned passes;             /* runners still to take it from the queue; p->qlock */
 	pthread_mutex_t lock;        /* protects everything below that changes */
 	pthread_cond_t cond;         /* a piece was fetched, or the load finished */
 	struct tier_handle *lh;      /* the block below */
@@ -80,9 +97,13 @@ struct loading {
 	uint8_t *state;              /* per piece */
 	int err;                     /* first fetch error */
 	bool finished;               /* admitted, refused or failed */
-	bool queued;                 /* the worker's job was queued */
+	bool closing;                /* the last runner is admitting it: no runner starts */
+	bool queued;                 /* the workers' job was queued */
 	bool hinted;                 /* a read has set start */
-	uint32_t start;              /* the piece the worker starts from: after the first read */
+	uint32_t start;              /* the piece the runners start from: the first read's */
+	uint32_t cursor;             /* the next piece in the runners' order */
+	unsigned runners;            /* workers fetching its pieces now */
+	struct load_waiter *waiters, **wtail; /* reads waiting for pieces, oldest first */
 	int64_t t0;
 };
 
@@ -92,13 +113,16 @@ static void load_run(struct pipeline *p, struct loading *ld);
 
 static __thread bool in_worker; /* this thread is one of the pipeline's workers */
 
-/* Take the first queued load, or NULL. p->qlock held. */
+/* Take the first queued load, or NULL; it stays first in the queue until as many runners as
+ * it wants have taken it. p->qlock held. */
 static struct loading *pop_load(struct pipeline *p)
 {
 	struct loading *ld = p->lhead;
 
 	if (!ld)
 		return NULL;
+	if (--ld->passes > 0)
+		return ld;
 	p->lhead = ld->qnext;
 	if (!p->lhead)
 		p->ltail = NULL;
@@ -450,67 +474,118 @@ void load_put(struct pipeline *p, struct loading *ld)
 		load_free(p, ld);
 }
 
-/* Fetch piece i, or wait while another thread does. 0 or the fetch error. */
-static int fetch_piece(struct pipeline *p, struct loading *ld, uint32_t i)
+/* Take the next piece to fetch and mark it BUSY: the first one a waiting read lacks
+ * (*wanted), else the next in order. -1 if none is left (or the load failed). ld->lock held. */
+static int claim_piece(struct loading *ld, bool *wanted)
+{
+	if (ld->err)
+		return -1;
+	for (struct load_waiter *w = ld->waiters; w; w = w->next) {
+		for (uint32_t i = w->first; i <= w->last; i++) {
+			if (ld->state[i] == P_TODO) {
+				*wanted = true;
+				ld->state[i] = P_BUSY;
+				return (int)i;
+			}
+		}
+	}
+	for (uint32_t k = 0; k < ld->npieces; k++) {
+		uint32_t i = (ld->cursor + k) % ld->npieces;
+
+		if (ld->state[i] == P_TODO) {
+			*wanted = false;
+			ld->cursor = (i + 1) % ld->npieces;
+			ld->state[i] = P_BUSY;
+			return (int)i;
+		}
+	}
+	return -1;
+}
+
+static bool range_done(const struct loading *ld, uint32_t first, uint32_t last)
+{
+	for (uint32_t i = first; i <= last; i++)
+		if (ld->state[i] != P_DONE)
+			return false;
+	return true;
+}
+
+/* Take out the waiters whose pieces are all in (all of them once the load failed): those
+ * with a callback go to *ready, for the caller to call without the lock; the others are
+ * marked finished (their threads wake on ld->cond). ld->lock held. */
+static void take_ready(struct pipeline *p, struct loading *ld, struct load_waiter **ready)
+{
+	struct load_waiter **pp = &ld->waiters, *w;
+
+	ld->wtail = &ld->waiters;
+	while ((w = *pp)) {
+		if (!ld->err && !range_done(ld, w->first, w->last)) {
+			ld->wtail = &w->next;
+			pp = &w->next;
+			continue;
+		}
+		*pp = w->next;
+		w->err = ld->err;
+		atomic_fetch_sub(&p->reads_waiting, 1);
+		if (w->done) {
+			w->next = *ready;
+			*ready = w;
+		} else {
+			w->finished = true;
+		}
+	}
+}
+
+/* Answer the waiters take_ready() gave back. No lock held. */
+static void call_ready(struct pipeline *p, struct loading *ld, struct load_waiter *w)
+{
+	while (w) {
+		struct load_waiter *next = w->next;
+
+		if (!w->err)
+			counter_add(&p->mem_bytes_out, w->len);
+		w->done(w->arg, w->err ? NULL : ld->buf + w->off, w->err);
+		free(w);
+		w = next;
+	}
+}
+
+/* Fetch piece i (BUSY, claimed by this thread) and answer the waiters it completes. */
+static void fetch_piece(struct pipeline *p, struct loading *ld, uint32_t i, bool wanted)
 {
 	uint64_t off = (uint64_t)i * ld->piece;
 	size_t len = ld->a.size - off < ld->piece ? (size_t)(ld->a.size - off) : ld->piece;
+	struct load_waiter *ready = NULL;
 	ssize_t n;
-	int rc;
 
-	pthread_mutex_lock(&ld->lock);
-	while (ld->state[i] == P_BUSY)
-		pthread_cond_wait(&ld->cond, &ld->lock);
-	if (ld->state[i] == P_DONE || ld->err) {
-		rc = ld->state[i] == P_DONE ? 0 : ld->err;
-		pthread_mutex_unlock(&ld->lock);
-		return rc;
-	}
-	ld->state[i] = P_BUSY;
-	pthread_mutex_unlock(&ld->lock);
-
+	/* a piece a reader waits for is foreground IO, the rest runs behind the readers' */
+	io_set_background(in_worker && !wanted);
 	n = tier_read(ld->lh, ld->buf + off, len, off);
+	io_set_background(in_worker);
 
 	pthread_mutex_lock(&ld->lock);
 	if (n == (ssize_t)len) {
 		ld->state[i] = P_DONE;
-		rc = 0;
 	} else {
 		ld->state[i] = P_TODO;
-		rc = n < 0 ? (int)n : -EIO;
 		if (!ld->err) {
-			ld->err = rc;
+			ld->err = n < 0 ? (int)n : -EIO;
 			atomic_fetch_add(&p->load_errors, 1);
 		}
 	}
+	take_ready(p, ld, &ready);
 	pthread_cond_broadcast(&ld->cond);
 	pthread_mutex_unlock(&ld->lock);
-	return rc;
+	call_ready(p, ld, ready);
 }
 
-/* The worker's part: fetch every piece in order, then admit the block into memory. */
-static void load_run(struct pipeline *p, struct loading *ld)
+/* The last runner's part: admit the fetched block into memory (or fail the load). */
+static void load_finish(struct pipeline *p, struct loading *ld)
 {
 	struct block_attr now;
 	struct tier_handle *rd = NULL;
-	uint32_t start;
 	int rc = 0;
 
-	/* give the first read a moment to say where the reader is */
-	pthread_mutex_lock(&ld->lock);
-	while (!ld->hinted && ld->npieces && mono_ns() < ld->t0 + HINT_WAIT_NS) {
-		struct timespec ts;
-		int64_t until = wall_ns() + (ld->t0 + HINT_WAIT_NS - mono_ns());
-
-		ts.tv_sec = until / 1000000000;
-		ts.tv_nsec = until % 1000000000;
-		pthread_cond_timedwait(&ld->cond, &ld->lock, &ts);
-	}
-	ld->hinted = true; /* from now on the start stays put */
-	start = ld->start;
-	pthread_mutex_unlock(&ld->lock);
-	for (uint32_t k = 0; k < ld->npieces && rc == 0; k++)
-		rc = fetch_piece(p, ld, (start + k) % ld->npieces);
 	/* every piece must be in before the block is offered to memory */
 	pthread_mutex_lock(&ld->lock);
 	for (uint32_t i = 0; i < ld->npieces && rc == 0; i++)
@@ -553,13 +628,56 @@ static void load_run(struct pipeline *p, struct loading *ld)
 	ld->finished = true;
 	pthread_cond_broadcast(&ld->cond);
 	pthread_mutex_unlock(&ld->lock);
+}
+
+/* A runner: fetch pieces until none is left to take; the last one out admits the block. */
+static void load_run(struct pipeline *p, struct loading *ld)
+{
+	bool last, wanted;
+	int i;
+
+	/* give the first read a moment to say where the reader is */
+	pthread_mutex_lock(&ld->lock);
+	while (!ld->hinted && ld->npieces && mono_ns() < ld->t0 + HINT_WAIT_NS) {
+		struct timespec ts;
+		int64_t until = wall_ns() + (ld->t0 + HINT_WAIT_NS - mono_ns());
+
+		ts.tv_sec = until / 1000000000;
+		ts.tv_nsec = until % 1000000000;
+		pthread_cond_timedwait(&ld->cond, &ld->lock, &ts);
+	}
+	if (!ld->hinted) {
+		ld->hinted = true; /* from now on the start stays put */
+		ld->cursor = ld->start;
+	}
+	if (ld->closing) {
+		/* the other runners fetched it all and it is being admitted (or was) */
+		pthread_mutex_unlock(&ld->lock);
+		load_put(p, ld);
+		return;
+	}
+	ld->runners++;
+	while ((i = claim_piece(ld, &wanted)) >= 0) {
+		pthread_mutex_unlock(&ld->lock);
+		fetch_piece(p, ld, (uint32_t)i, wanted);
+		pthread_mutex_lock(&ld->lock);
+	}
+	/* nothing left to take; the pieces still BUSY belong to other runners */
+	last = --ld->runners == 0;
+	if (last)
+		ld->closing = true;
+	pthread_mutex_unlock(&ld->lock);
+	if (last)
+		load_finish(p, ld);
 	load_put(p, ld);
 }
 
-static void enqueue_load(struct pipeline *p, struct loading *ld)
+/* Queue ld for `passes` runners (each holds a reference taken by the caller). */
+static void enqueue_load(struct pipeline *p, struct loading *ld, unsigned passes)
 {
 	pthread_mutex_lock(&p->qlock);
 	ld->qnext = NULL;
+	ld->passes = passes;
 	if (p->ltail)
 		p->ltail->qnext = ld;
 	else
@@ -567,7 +685,10 @@ static void enqueue_load(struct pipeline *p, struct loading *ld)
 	p->ltail = ld;
 	p->queued++;
 	atomic_fetch_add(&p->lqueued, 1);
-	pthread_cond_signal(&p->qcond);
+	if (passes > 1)
+		pthread_cond_broadcast(&p->qcond);
+	else
+		pthread_cond_signal(&p->qcond);
 	pthread_mutex_unlock(&p->qlock);
 }
 
@@ -613,16 +734,20 @@ static struct loading *load_new(struct pipeline *p, const struct blockid *id,
 		return NULL;
 	}
 	ld->buf = (char *)tier_data(ld->r);
+	ld->wtail = &ld->waiters;
 	pthread_mutex_init(&ld->lock, NULL);
 	pthread_cond_init(&ld->cond, NULL);
 	return ld;
 }
 
-/* Queue the worker's part, once. */
+/* Queue the runners' job, once. */
 static void load_kick(struct pipeline *p, struct loading *ld)
 {
+	unsigned passes = p->nthreads < LOAD_RUNNERS ? p->nthreads : LOAD_RUNNERS;
 	bool kick;
 
+	if (passes > ld->npieces)
+		passes = ld->npieces ? ld->npieces : 1;
 	pthread_mutex_lock(&ld->lock);
 	kick = !ld->queued;
 	ld->queued = true;
@@ -630,21 +755,19 @@ static void load_kick(struct pipeline *p, struct loading *ld)
 	if (!kick)
 		return;
 	pthread_mutex_lock(&p->lock);
-	ld->refs++; /* the job's */
+	ld->refs += (int)passes; /* the runners' */
 	pthread_mutex_unlock(&p->lock);
-	enqueue_load(p, ld);
+	enqueue_load(p, ld, passes);
 }
 
-/* The first read tells the worker where to start: just after it. */
-static void load_hint(struct loading *ld, uint32_t next)
+/* The first read tells the runners where to start: its piece. ld->lock held. */
+static void load_hint(struct loading *ld, uint32_t first)
 {
-	pthread_mutex_lock(&ld->lock);
 	if (!ld->hinted) {
 		ld->hinted = true;
-		ld->start = next;
+		ld->start = ld->cursor = first;
 		pthread_cond_broadcast(&ld->cond);
 	}
-	pthread_mutex_unlock(&ld->lock);
 }
 
 /*
@@ -748,31 +871,59 @@ int load_start(struct pipeline *p, struct loading *ld)
 	return load_wait(ld);
 }
 
-/* Fetch the pieces covering [off, end), then let the worker go on ahead. 0 or an error. */
-static int fetch_range(struct pipeline *p, struct loading *ld, uint64_t off, uint64_t end)
+/*
+ * Leave w waiting for its pieces, unless they are in or the load failed: 1 (in), 0 (w waits),
+ * or the load's error. The first read tells the runners where to start. ld->lock held.
+ */
+static int add_waiter(struct pipeline *p, struct loading *ld, struct load_waiter *w)
 {
-	/* the first read points the worker just past its own first piece: a read of several
-	 * pieces (a 1 MiB request over 256 KiB chunks) then has the worker fetching its second
-	 * piece while it fetches the first, and they leapfrog through the rest */
-	load_hint(ld, (uint32_t)(off / ld->piece + 1) % ld->npieces);
-	for (uint64_t i = off / ld->piece; i * ld->piece < end; i++) {
-		int rc = fetch_piece(p, ld, (uint32_t)i);
-
-		if (rc)
-			return rc;
-	}
+	load_hint(ld, w->first);
+	if (ld->err)
+		return ld->err;
+	if (range_done(ld, w->first, w->last))
+		return 1;
+	/* the load was queued at open: its runners (or one still fetching) will answer w */
+	w->next = NULL;
+	*ld->wtail = w;
+	ld->wtail = &w->next;
+	atomic_fetch_add(&p->reads_waiting, 1);
 	return 0;
+}
+
+static void waiter_init(const struct loading *ld, struct load_waiter *w, uint64_t off, size_t len)
+{
+	w->first = (uint32_t)(off / ld->piece);
+	w->last = (uint32_t)((off + len - 1) / ld->piece);
+	w->off = off;
+	w->len = len;
+}
+
+/* Wait in this thread until [off, off + len) is in. 0 or the load's error. */
+static int wait_range(struct pipeline *p, struct loading *ld, uint64_t off, size_t len)
+{
+	struct load_waiter w = { 0 };
+	int rc;
+
+	waiter_init(ld, &w, off, len);
+	pthread_mutex_lock(&ld->lock);
+	rc = add_waiter(p, ld, &w);
+	while (rc == 0 && !w.finished)
+		pthread_cond_wait(&ld->cond, &ld->lock);
+	if (rc == 0)
+		rc = w.err;
+	pthread_mutex_unlock(&ld->lock);
+	return rc < 0 ? rc : 0;
 }
 
 ssize_t load_read(struct pipeline *p, struct loading *ld, void *buf, size_t len, uint64_t off)
 {
 	int rc;
 
-	if (off >= ld->a.size)
+	if (off >= ld->a.size || len == 0)
 		return 0;
 	if (len > ld->a.size - off)
 		len = (size_t)(ld->a.size - off);
-	rc = fetch_range(p, ld, off, off + len);
+	rc = wait_range(p, ld, off, len);
 	if (rc)
 		return rc;
 	memcpy(buf, ld->buf + off, len);
@@ -783,7 +934,34 @@ const void *load_map(struct pipeline *p, struct loading *ld, uint64_t off, size_
 {
 	if (off + len > ld->a.size || len == 0)
 		return len == 0 ? ld->buf : NULL;
-	return fetch_range(p, ld, off, off + len) ? NULL : ld->buf + off;
+	return wait_range(p, ld, off, len) ? NULL : ld->buf + off;
+}
+
+int load_map_start(struct pipeline *p, struct loading *ld, uint64_t off, size_t len,
+		   tier_map_fn done, void *arg, const void **out)
+{
+	struct load_waiter *w;
+	int rc;
+
+	if (len == 0 || off > ld->a.size || len > ld->a.size - off)
+		return -EINVAL;
+	w = calloc(1, sizeof(*w));
+	if (!w)
+		return -ENOMEM;
+	waiter_init(ld, w, off, len);
+	w->done = done;
+	w->arg = arg;
+	pthread_mutex_lock(&ld->lock);
+	rc = add_waiter(p, ld, w);
+	pthread_mutex_unlock(&ld->lock);
+	if (rc == 0)
+		return 0; /* w belongs to the load now, and may have been answered already */
+	free(w);
+	if (rc == 1) {
+		*out = ld->buf + off;
+		counter_add(&p->mem_bytes_out, len);
+	}
+	return rc;
 }
 
 const void *load_data(struct loading *ld)

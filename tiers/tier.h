@@ -120,6 +120,9 @@ struct tier_usage {
 	uint64_t fs_free;    /* bytes free on the underlying filesystem (disk tiers), else 0 */
 };
 
+/* Called back by map_start(): data (valid until the handle is returned) or NULL and -errno. */
+typedef void (*tier_map_fn)(void *arg, const void *data, int err);
+
 /* Called for each id of a shard by list_shard(). Returning non-zero stops the listing. */
 typedef int (*tier_list_fn)(const struct blockid *id, void *arg);
 
@@ -162,6 +165,13 @@ struct tier_ops {
 	 * this handle cannot (then copy with read(), which also reports any error). The range
 	 * must lie within the block. */
 	const void *(*map)(struct tier_handle *h, uint64_t off, size_t len);
+
+	/* (pipeline) As map(), without waiting for the disk: 1 with *out if the bytes are in
+	 * memory now; 0 if they are being fetched: done(arg, ...) is then called exactly once,
+	 * by the thread that fetched the last of them (possibly before map_start returns);
+	 * -ENOTSUP if this handle cannot (copy with read()); another -errno if it failed. */
+	int (*map_start)(struct tier_handle *h, uint64_t off, size_t len, tier_map_fn done,
+			 void *arg, const void **out);
 
 	/* Attributes of whatever the handle refers to (for a write handle: the reservation). */
 	int (*stat)(struct tier_handle *h, struct block_attr *attr);

@@ -52,6 +52,7 @@
 #include <errno.h>
 #include <ftw.h>
 #include <limits.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -1493,6 +1494,135 @@ START_TEST(test_fault_disk_open_joins_stale_load)
 }
 END_TEST
 
+/* One read answered later by map_start(). */
+struct later {
+	pthread_mutex_t *lock;
+	pthread_cond_t *cond;
+	int *answered;
+	const char *data;
+	int err;
+	bool called;
+};
+
+static void later_done(void *arg, const void *data, int err)
+{
+	struct later *l = arg;
+
+	pthread_mutex_lock(l->lock);
+	ck_assert_msg(!l->called, "a read was answered twice");
+	l->called = true;
+	l->data = data;
+	l->err = err;
+	(*l->answered)++;
+	pthread_cond_broadcast(l->cond);
+	pthread_mutex_unlock(l->lock);
+}
+
+/* Wait until `want` reads are answered (the disk is slowed down, not stopped). */
+static void later_wait(pthread_mutex_t *lock, pthread_cond_t *cond, int *answered, int want)
+{
+	int64_t until = mono_ns() + 30 * 1000000000LL;
+
+	pthread_mutex_lock(lock);
+	while (*answered < want && mono_ns() < until) {
+		struct timespec ts = { .tv_sec = 0, .tv_nsec = 0 };
+
+		clock_gettime(CLOCK_REALTIME, &ts);
+		ts.tv_sec += 1;
+		pthread_cond_timedwait(cond, lock, &ts);
+	}
+	ck_assert_int_eq(*answered, want);
+	pthread_mutex_unlock(lock);
+}
+
+/*
+ * Reads of a block that is being loaded from a slow disk do not wait in the thread that
+ * asks (fs/fs.c's session threads): map_start() leaves each one waiting on the load and
+ * returns; the worker that fetches a read's last piece answers it with the right bytes. A
+ * failing disk answers every waiting read with its error.
+ */
+START_TEST(test_fault_disk_reads_answered_later)
+{
+	enum { R = 6 };
+	const uint64_t size = 768 * KB, part = size / R; /* memory holds 1 MiB */
+	pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+	pthread_cond_t cond = PTHREAD_COND_INITIALIZER;
+	struct blockid id = ut_id(75), id2 = ut_id(76);
+	struct later l[R];
+	struct pipeline_counters c;
+	struct tier_handle *h;
+	int answered = 0;
+	char *want = malloc(size);
+	struct two w;
+
+	ck_assert_ptr_nonnull(want);
+	ut_fill(&id, 1, want, size, 0);
+	two_open(&w, true, true);
+	ck_assert_int_eq(two_put(w.t, &id, 1, size, size), 0);
+	ck_assert_int_eq(two_put(w.t, &id2, 2, size, size), 0);
+	tu_settle(w.t);
+	two_close(&w, false);
+	two_open(&w, true, false); /* memory is empty: the blocks are only on disk */
+	fault_arm(w.below, &(struct fault_plan){ .action = FAULT_DELAY,
+						       .ops = FAULT_BIT(FOP_READ), .nth = 1,
+						       .times = UINT32_MAX,
+						       .delay_ns = 500000000 });
+	ck_assert_int_eq(w.t->ops->open(w.t, &id, 0, &h), 0);
+	/* last part first: the runners fetch what readers wait for, in their order */
+	for (int i = R - 1; i >= 0; i--) {
+		const void *data = NULL;
+		int rc;
+
+		l[i] = (struct later){ .lock = &lock, .cond = &cond, .answered = &answered };
+		rc = h->tier->ops->map_start(h, (uint64_t)i * part, part, later_done, &l[i], &data);
+		ck_assert_msg(rc == 0, "map_start of part %d = %d: not left waiting", i, rc);
+	}
+	/* every disk read takes 500 ms: nobody could have been answered yet */
+	pthread_mutex_lock(&lock);
+	ck_assert_int_eq(answered, 0);
+	pthread_mutex_unlock(&lock);
+	pipeline_counters(w.t, &c);
+	ck_assert_uint_eq(c.reads_waiting, R);
+	later_wait(&lock, &cond, &answered, R);
+	for (int i = 0; i < R; i++) {
+		ck_assert_int_eq(l[i].err, 0);
+		ck_assert_ptr_nonnull(l[i].data);
+		ck_assert_msg(!memcmp(l[i].data, want + i * part, part), "part %d: wrong bytes", i);
+	}
+	pipeline_counters(w.t, &c);
+	ck_assert_uint_eq(c.reads_waiting, 0);
+	tier_close(h);
+
+	/* a dead disk: the waiting reads get its error */
+	fault_arm(w.below, &(struct fault_plan){ .ops = FAULT_BIT(FOP_READ), .nth = 1,
+						       .times = UINT32_MAX, .err = -EIO });
+	answered = 0;
+	ck_assert_int_eq(w.t->ops->open(w.t, &id2, 0, &h), 0);
+	for (int i = 0; i < 2; i++) {
+		const void *data = NULL;
+		int rc;
+
+		l[i] = (struct later){ .lock = &lock, .cond = &cond, .answered = &answered };
+		rc = h->tier->ops->map_start(h, (uint64_t)i * part, part, later_done, &l[i], &data);
+		if (rc < 0) { /* the load failed before this read came */
+			ck_assert_int_eq(rc, -EIO);
+			later_done(&l[i], NULL, rc);
+		} else {
+			ck_assert_int_eq(rc, 0);
+		}
+	}
+	later_wait(&lock, &cond, &answered, 2);
+	for (int i = 0; i < 2; i++) {
+		ck_assert_int_eq(l[i].err, -EIO);
+		ck_assert_ptr_null(l[i].data);
+	}
+	tier_close(h);
+	fault_disarm(w.below);
+	two_close(&w, true);
+	free(want);
+}
+END_TEST
+
 /* --- the loops --------------------------------------------------------------------------- */
 
 START_TEST(test_fault_disk_every_call)
@@ -1588,7 +1718,8 @@ static Suite *loop_suite(const char *name, const TTest *every, const TTest *thre
 
 Suite *fault_disk_suite(void)
 {
-	const TTest *errors[] = { test_fault_disk_open_joins_stale_load, NULL };
+	const TTest *errors[] = { test_fault_disk_open_joins_stale_load,
+				  test_fault_disk_reads_answered_later, NULL };
 
 	return loop_suite("fault_disk", test_fault_disk_every_call,
 			  test_fault_disk_every_call_threads, test_fault_disk_random, errors);
