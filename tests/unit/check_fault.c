@@ -1592,6 +1592,7 @@ START_TEST(test_fault_disk_reads_answered_later)
 	pipeline_counters(w.t, &c);
 	ck_assert_uint_eq(c.reads_waiting, 0);
 	tier_close(h);
+	tu_settle(w.t); /* the load admitted: its memory can be evicted for the next one */
 
 	/* a dead disk: the waiting reads get its error */
 	fault_arm(w.below, &(struct fault_plan){ .ops = FAULT_BIT(FOP_READ), .nth = 1,
