@@ -844,6 +844,7 @@ static void pipe_destroy(struct tier *t)
 	pthread_rwlock_destroy(&p->usage_lock);
 	pthread_cond_destroy(&p->qcond);
 	pthread_cond_destroy(&p->qidle);
+	pthread_cond_destroy(&p->ucond);
 	pthread_cond_destroy(&p->sweep_cond);
 	free(p);
 }
@@ -967,6 +968,7 @@ int pipeline_create(const struct pipeline_config *cfg, struct tier **out)
 	pthread_rwlock_init(&p->usage_lock, NULL);
 	pthread_cond_init(&p->qcond, NULL);
 	pthread_cond_init(&p->qidle, NULL);
+	pthread_cond_init(&p->ucond, NULL);
 	pthread_cond_init(&p->sweep_cond, NULL);
 	idmap_init(&p->sessions);
 	idmap_init(&p->loading);

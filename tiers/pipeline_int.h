@@ -56,6 +56,9 @@ struct pipeline {
 	struct loading *lhead, *ltail; /* load queue; protected by qlock */
 	atomic_uint lqueued;           /* loads in that queue: read without qlock by dumps */
 	struct dump_job *dhead, *dtail; /* dump queue; protected by qlock */
+	struct loading *uhead, *utail; /* loads with pieces readers wait for, for the fetcher;
+					  protected by qlock */
+	pthread_cond_t ucond;        /* wakes the fetcher */
 	unsigned queued, running;    /* jobs; protected by qlock */
 	unsigned running_loads;      /* of those running, loads; protected by qlock */
 	struct dump_job *parked;     /* dumps that kept failing (a full or read-only disk): tried
@@ -68,6 +71,8 @@ struct pipeline {
 	unsigned nthreads;
 	pthread_t threads[MAX_WORKERS];
 	pthread_t sweeper;           /* reclaims expired blocks every SWEEP_MS */
+	pthread_t fetcher;           /* fetches the pieces readers wait for */
+	bool fetching;               /* the fetcher runs */
 	pthread_cond_t sweep_cond;   /* wakes the sweeper to stop */
 	bool started, sweeping;
 

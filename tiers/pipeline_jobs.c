@@ -27,7 +27,13 @@
  * the disk tier reads ahead of that stream (the kernel's read-ahead, or its own prefetch with
  * io=aio). The load is queued at open (an open loads the block, DESIGN.md section 3) but its
  * runners give the first read HINT_WAIT to arrive, so that a reader of one shard has its
- * piece fetched first. When every piece is in, the last runner admits the block into the
+ * piece fetched first. A runner with only unwaited pieces left gives way to any other load
+ * queued (it queues its own again behind it, after one piece at least), so that the first
+ * read of a block opened next does not wait for the whole of this one. And the fetcher, one
+ * thread at normal priority, takes the pieces waiters lack the moment they wait, while the
+ * workers may be in the middle of a piece (a cold 128 KiB shard read just after another
+ * block's: 1.5-1.6 ms with it, 4.7-5.3 without, docs/BENCHMARKS.md). The last thread out of
+ * a load with no piece left to fetch admits the block into the
  * cache (TIER_COMMIT_LOADED|PIN, under the stripe, only if the version below is still the one
  * read) and the load leaves the in-flight map; its readers keep reading its buffer, which is
  * now the cache's pinned block (or, if admission was refused, their private copy).
@@ -85,6 +91,9 @@ struct loading {
 	bool listed;                 /* in p->loading; protected by p->lock */
 	struct loading *qnext;       /* in the load queue; protected by p->qlock */
 	unsigned passes;             /* runners still to take it from the queue; p->qlock */
+	bool inq;                    /* in the load queue; p->qlock */
+	struct loading *unext;       /* in the fetcher's list; p->qlock */
+	bool urgent;                 /* in the fetcher's list; p->qlock */
 	pthread_mutex_t lock;        /* protects everything below that changes */
 	pthread_cond_t cond;         /* a piece was fetched, or the load finished */
 	struct tier_handle *lh;      /* the block below */
@@ -102,7 +111,7 @@ struct loading {
 	bool hinted;                 /* a read has set start */
 	uint32_t start;              /* the piece the runners start from: the first read's */
 	uint32_t cursor;             /* the next piece in the runners' order */
-	unsigned runners;            /* workers fetching its pieces now */
+	unsigned runners;            /* threads fetching its pieces now (workers, the fetcher) */
 	struct load_waiter *waiters, **wtail; /* reads waiting for pieces, oldest first */
 	int64_t t0;
 };
@@ -123,6 +132,7 @@ static struct loading *pop_load(struct pipeline *p)
 		return NULL;
 	if (--ld->passes > 0)
 		return ld;
+	ld->inq = false;
 	p->lhead = ld->qnext;
 	if (!p->lhead)
 		p->ltail = NULL;
@@ -278,6 +288,71 @@ static void *worker(void *arg)
 	return NULL;
 }
 
+/*
+ * The fetcher: fetches the pieces readers wait for as soon as they wait, at the priority of
+ * the threads that answer requests, while the workers may be in the middle of a piece of
+ * another load (on this machine's fresh memory a piece can take milliseconds).
+ */
+static void load_fetch_wanted(struct pipeline *p, struct loading *ld);
+
+static void *fetcher(void *arg)
+{
+	struct pipeline *p = arg;
+
+	pthread_mutex_lock(&p->qlock);
+	for (;;) {
+		struct loading *ld = p->uhead;
+
+		if (!ld) {
+			if (p->stop)
+				break;
+			pthread_cond_wait(&p->ucond, &p->qlock);
+			continue;
+		}
+		p->uhead = ld->unext;
+		if (!p->uhead)
+			p->utail = NULL;
+		ld->urgent = false;
+		p->queued--;
+		p->running++;
+		pthread_mutex_unlock(&p->qlock);
+		load_fetch_wanted(p, ld);
+		pthread_mutex_lock(&p->qlock);
+		p->running--;
+		pthread_cond_broadcast(&p->qidle);
+	}
+	pthread_mutex_unlock(&p->qlock);
+	return NULL;
+}
+
+/* A reader waits for pieces of ld: hand it to the fetcher (once). */
+static void load_urgent(struct pipeline *p, struct loading *ld)
+{
+	bool add;
+
+	if (!p->fetching)
+		return;
+	pthread_mutex_lock(&p->lock);
+	ld->refs++; /* the fetcher's */
+	pthread_mutex_unlock(&p->lock);
+	pthread_mutex_lock(&p->qlock);
+	add = !ld->urgent;
+	if (add) {
+		ld->urgent = true;
+		ld->unext = NULL;
+		if (p->utail)
+			p->utail->unext = ld;
+		else
+			p->uhead = ld;
+		p->utail = ld;
+		p->queued++;
+		pthread_cond_signal(&p->ucond);
+	}
+	pthread_mutex_unlock(&p->qlock);
+	if (!add)
+		load_put(p, ld);
+}
+
 static void *sweeper(void *arg)
 {
 	struct pipeline *p = arg;
@@ -309,6 +384,8 @@ int jobs_start(struct pipeline *p)
 		p->sweeping = true;
 	if (!p->cache || !p->below)
 		return 0; /* nothing is ever dumped or loaded */
+	if (pthread_create(&p->fetcher, NULL, fetcher, p) == 0)
+		p->fetching = true; /* else the workers fetch what readers wait for, first */
 	for (unsigned i = 0; i < p->nthreads; i++) {
 		int rc = pthread_create(&p->threads[i], NULL, worker, p);
 
@@ -354,7 +431,11 @@ void jobs_stop(struct pipeline *p)
 	p->stop = true;
 	pthread_cond_broadcast(&p->qcond);
 	pthread_cond_broadcast(&p->sweep_cond);
+	pthread_cond_broadcast(&p->ucond);
 	pthread_mutex_unlock(&p->qlock);
+	if (p->fetching)
+		pthread_join(p->fetcher, NULL);
+	p->fetching = false;
 	for (unsigned i = 0; p->started && i < p->nthreads; i++)
 		pthread_join(p->threads[i], NULL);
 	if (p->sweeping)
@@ -474,12 +555,15 @@ void load_put(struct pipeline *p, struct loading *ld)
 		load_free(p, ld);
 }
 
+#define CLAIM_NONE (-1)  /* no piece left to fetch (or the load failed) */
+#define CLAIM_YIELD (-2) /* only pieces nobody waits for, and another load is queued */
+
 /* Take the next piece to fetch and mark it BUSY: the first one a waiting read lacks
- * (*wanted), else the next in order. -1 if none is left (or the load failed). ld->lock held. */
-static int claim_piece(struct loading *ld, bool *wanted)
+ * (*wanted), else (if bg) the next in order. CLAIM_NONE or CLAIM_YIELD. ld->lock held. */
+static int claim_piece(struct loading *ld, bool bg, bool *wanted)
 {
 	if (ld->err)
-		return -1;
+		return CLAIM_NONE;
 	for (struct load_waiter *w = ld->waiters; w; w = w->next) {
 		for (uint32_t i = w->first; i <= w->last; i++) {
 			if (ld->state[i] == P_TODO) {
@@ -493,13 +577,15 @@ static int claim_piece(struct loading *ld, bool *wanted)
 		uint32_t i = (ld->cursor + k) % ld->npieces;
 
 		if (ld->state[i] == P_TODO) {
+			if (!bg)
+				return CLAIM_YIELD;
 			*wanted = false;
 			ld->cursor = (i + 1) % ld->npieces;
 			ld->state[i] = P_BUSY;
 			return (int)i;
 		}
 	}
-	return -1;
+	return CLAIM_NONE;
 }
 
 static bool range_done(const struct loading *ld, uint32_t first, uint32_t last)
@@ -630,10 +716,75 @@ static void load_finish(struct pipeline *p, struct loading *ld)
 	pthread_mutex_unlock(&ld->lock);
 }
 
-/* A runner: fetch pieces until none is left to take; the last one out admits the block. */
+/*
+ * A thread stops fetching ld (runners already counted down, ld->lock held, released here,
+ * with its reference): the last one out, once no piece is left to fetch, admits the block.
+ * While pieces are left, a pass of the load is queued or running (load_requeue()).
+ */
+static void runner_exit(struct pipeline *p, struct loading *ld)
+{
+	bool last = ld->runners == 0 && !ld->closing;
+
+	for (uint32_t i = 0; last && !ld->err && i < ld->npieces; i++)
+		last = ld->state[i] != P_TODO;
+	if (last)
+		ld->closing = true;
+	pthread_mutex_unlock(&ld->lock);
+	if (last)
+		load_finish(p, ld);
+	load_put(p, ld);
+}
+
+/* Is a load other than ld waiting in the queue? (Only workers give way to it.) */
+static bool other_load_queued(struct pipeline *p, const struct loading *ld)
+{
+	bool other = false;
+
+	if (!in_worker || !atomic_load_explicit(&p->lqueued, memory_order_relaxed))
+		return false;
+	pthread_mutex_lock(&p->qlock);
+	for (const struct loading *q = p->lhead; q && !other; q = q->qnext)
+		other = q != ld;
+	pthread_mutex_unlock(&p->qlock);
+	return other;
+}
+
+/* A runner left ld for a queued load: queue ld again behind it (unless a pass of it is still
+ * queued), handing on the runner's reference. */
+static void load_requeue(struct pipeline *p, struct loading *ld)
+{
+	bool queued;
+
+	pthread_mutex_lock(&p->qlock);
+	queued = ld->inq;
+	if (!queued) {
+		ld->qnext = NULL;
+		ld->passes = 1;
+		ld->inq = true;
+		if (p->ltail)
+			p->ltail->qnext = ld;
+		else
+			p->lhead = ld;
+		p->ltail = ld;
+		p->queued++;
+		atomic_fetch_add(&p->lqueued, 1);
+		pthread_cond_signal(&p->qcond);
+	}
+	pthread_mutex_unlock(&p->qlock);
+	if (queued)
+		load_put(p, ld);
+}
+
+/*
+ * A runner: fetch pieces until none is left to take; the last one out admits the block. When
+ * only pieces nobody waits for are left and another load is queued (a reader opened another
+ * block: its first read should not wait for the whole of this one), the runner queues this
+ * load again behind it and leaves.
+ */
 static void load_run(struct pipeline *p, struct loading *ld)
 {
-	bool last, wanted;
+	bool wanted;
+	unsigned fetched = 0;
 	int i;
 
 	/* give the first read a moment to say where the reader is */
@@ -657,19 +808,51 @@ static void load_run(struct pipeline *p, struct loading *ld)
 		return;
 	}
 	ld->runners++;
-	while ((i = claim_piece(ld, &wanted)) >= 0) {
+	for (;;) {
+		bool other;
+
+		/* at least one piece a pass: two loads never just hand the turn back and forth */
+		pthread_mutex_unlock(&ld->lock);
+		other = fetched && other_load_queued(p, ld);
+		pthread_mutex_lock(&ld->lock);
+		i = claim_piece(ld, !other, &wanted);
+		if (i < 0)
+			break;
 		pthread_mutex_unlock(&ld->lock);
 		fetch_piece(p, ld, (uint32_t)i, wanted);
+		fetched++;
 		pthread_mutex_lock(&ld->lock);
 	}
-	/* nothing left to take; the pieces still BUSY belong to other runners */
-	last = --ld->runners == 0;
-	if (last)
-		ld->closing = true;
-	pthread_mutex_unlock(&ld->lock);
-	if (last)
-		load_finish(p, ld);
-	load_put(p, ld);
+	ld->runners--;
+	if (i == CLAIM_YIELD) {
+		/* pieces are left: a pass must stay queued (the fetcher never takes them) */
+		pthread_mutex_unlock(&ld->lock);
+		load_requeue(p, ld);
+		return;
+	}
+	runner_exit(p, ld);
+}
+
+/* The fetcher's part: the pieces of ld that readers wait for, and nothing else. */
+static void load_fetch_wanted(struct pipeline *p, struct loading *ld)
+{
+	bool wanted;
+	int i;
+
+	pthread_mutex_lock(&ld->lock);
+	if (ld->closing) {
+		pthread_mutex_unlock(&ld->lock);
+		load_put(p, ld);
+		return;
+	}
+	ld->runners++;
+	while ((i = claim_piece(ld, false, &wanted)) >= 0) {
+		pthread_mutex_unlock(&ld->lock);
+		fetch_piece(p, ld, (uint32_t)i, true);
+		pthread_mutex_lock(&ld->lock);
+	}
+	ld->runners--;
+	runner_exit(p, ld);
 }
 
 /* Queue ld for `passes` runners (each holds a reference taken by the caller). */
@@ -678,6 +861,7 @@ static void enqueue_load(struct pipeline *p, struct loading *ld, unsigned passes
 	pthread_mutex_lock(&p->qlock);
 	ld->qnext = NULL;
 	ld->passes = passes;
+	ld->inq = true;
 	if (p->ltail)
 		p->ltail->qnext = ld;
 	else
@@ -907,6 +1091,11 @@ static int wait_range(struct pipeline *p, struct loading *ld, uint64_t off, size
 	waiter_init(ld, &w, off, len);
 	pthread_mutex_lock(&ld->lock);
 	rc = add_waiter(p, ld, &w);
+	if (rc == 0) {
+		pthread_mutex_unlock(&ld->lock);
+		load_urgent(p, ld);
+		pthread_mutex_lock(&ld->lock);
+	}
 	while (rc == 0 && !w.finished)
 		pthread_cond_wait(&ld->cond, &ld->lock);
 	if (rc == 0)
@@ -954,8 +1143,12 @@ int load_map_start(struct pipeline *p, struct loading *ld, uint64_t off, size_t 
 	pthread_mutex_lock(&ld->lock);
 	rc = add_waiter(p, ld, w);
 	pthread_mutex_unlock(&ld->lock);
-	if (rc == 0)
-		return 0; /* w belongs to the load now, and may have been answered already */
+	if (rc == 0) {
+		/* w belongs to the load now, and may have been answered already; the caller's
+		 * handle keeps ld */
+		load_urgent(p, ld);
+		return 0;
+	}
 	free(w);
 	if (rc == 1) {
 		*out = ld->buf + off;
