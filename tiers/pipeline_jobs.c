@@ -325,16 +325,27 @@ static void *fetcher(void *arg)
 	return NULL;
 }
 
-/* A reader waits for pieces of ld: hand it to the fetcher (once). */
+/*
+ * A reader is about to wait for pieces of ld: a reference for the fetcher, taken before its
+ * waiter is added (once added, the waiter may be answered, and the reader's handle closed,
+ * before the reader hands ld on). false: there is no fetcher.
+ */
+static bool fetcher_ref(struct pipeline *p, struct loading *ld)
+{
+	if (!p->fetching)
+		return false;
+	pthread_mutex_lock(&p->lock);
+	ld->refs++;
+	pthread_mutex_unlock(&p->lock);
+	return true;
+}
+
+/* A reader waits for pieces of ld: hand it to the fetcher (once), with the reference
+ * fetcher_ref() took. */
 static void load_urgent(struct pipeline *p, struct loading *ld)
 {
 	bool add;
 
-	if (!p->fetching)
-		return;
-	pthread_mutex_lock(&p->lock);
-	ld->refs++; /* the fetcher's */
-	pthread_mutex_unlock(&p->lock);
 	pthread_mutex_lock(&p->qlock);
 	add = !ld->urgent;
 	if (add) {
@@ -1088,14 +1099,17 @@ static int wait_range(struct pipeline *p, struct loading *ld, uint64_t off, size
 	struct load_waiter w = { 0 };
 	int rc;
 
+	bool urgent = fetcher_ref(p, ld);
+
 	waiter_init(ld, &w, off, len);
 	pthread_mutex_lock(&ld->lock);
 	rc = add_waiter(p, ld, &w);
-	if (rc == 0) {
-		pthread_mutex_unlock(&ld->lock);
+	pthread_mutex_unlock(&ld->lock);
+	if (urgent && rc == 0)
 		load_urgent(p, ld);
-		pthread_mutex_lock(&ld->lock);
-	}
+	else if (urgent)
+		load_put(p, ld);
+	pthread_mutex_lock(&ld->lock);
 	while (rc == 0 && !w.finished)
 		pthread_cond_wait(&ld->cond, &ld->lock);
 	if (rc == 0)
@@ -1130,6 +1144,7 @@ int load_map_start(struct pipeline *p, struct loading *ld, uint64_t off, size_t 
 		   tier_map_fn done, void *arg, const void **out)
 {
 	struct load_waiter *w;
+	bool urgent;
 	int rc;
 
 	if (len == 0 || off > ld->a.size || len > ld->a.size - off)
@@ -1140,15 +1155,19 @@ int load_map_start(struct pipeline *p, struct loading *ld, uint64_t off, size_t 
 	waiter_init(ld, w, off, len);
 	w->done = done;
 	w->arg = arg;
+	urgent = fetcher_ref(p, ld);
 	pthread_mutex_lock(&ld->lock);
 	rc = add_waiter(p, ld, w);
 	pthread_mutex_unlock(&ld->lock);
 	if (rc == 0) {
-		/* w belongs to the load now, and may have been answered already; the caller's
-		 * handle keeps ld */
-		load_urgent(p, ld);
+		/* w belongs to the load now and may have been answered already, and the caller's
+		 * handle closed: only the fetcher's reference keeps ld */
+		if (urgent)
+			load_urgent(p, ld);
 		return 0;
 	}
+	if (urgent)
+		load_put(p, ld);
 	free(w);
 	if (rc == 1) {
 		*out = ld->buf + off;

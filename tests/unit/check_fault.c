@@ -1624,6 +1624,76 @@ START_TEST(test_fault_disk_reads_answered_later)
 }
 END_TEST
 
+/* A read answered later whose callback closes the block: the reply was its last use. */
+struct closing_read {
+	struct later l;
+	struct tier_handle *h;
+	const char *want;
+	size_t len;
+	bool same;
+};
+
+static void closing_done(void *arg, const void *data, int err)
+{
+	struct closing_read *c = arg;
+
+	c->same = data && !memcmp(data, c->want, c->len);
+	tier_close(c->h); /* as a FUSE release may, the moment the reply is out */
+	later_done(&c->l, data, err);
+}
+
+/*
+ * The reader's handle may be closed by the callback, in the thread that fetched the bytes,
+ * while map_start() has not returned yet: the load must not be touched through the reader's
+ * reference after its waiter is added (it is freed with the handle).
+ */
+START_TEST(test_fault_disk_callback_closes_block)
+{
+	enum { N = 64 };
+	const size_t size = 256 * KB; /* one piece */
+	pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+	pthread_cond_t cond = PTHREAD_COND_INITIALIZER;
+	char *want = malloc(size);
+	int answered = 0, later = 0;
+	struct two w;
+
+	ck_assert_ptr_nonnull(want);
+	two_open(&w, true, true);
+	for (int i = 0; i < N; i++) {
+		struct blockid id = ut_id(200 + i);
+
+		ck_assert_int_eq(two_put(w.t, &id, 100 + i, size, size), 0);
+	}
+	tu_settle(w.t);
+	two_close(&w, false);
+	two_open(&w, true, false); /* the blocks are only on disk */
+	for (int i = 0; i < N; i++) {
+		struct blockid id = ut_id(200 + i);
+		struct closing_read c = { .l = { .lock = &lock, .cond = &cond,
+						 .answered = &answered },
+					  .want = want, .len = size };
+		const void *data = NULL;
+		int rc;
+
+		ut_fill(&id, 100 + i, want, size, 0);
+		ck_assert_int_eq(w.t->ops->open(w.t, &id, 0, &c.h), 0);
+		rc = c.h->tier->ops->map_start(c.h, 0, size, closing_done, &c, &data);
+		if (rc == 1) /* in before the read asked */
+			closing_done(&c, data, 0);
+		else
+			ck_assert_int_eq(rc, 0);
+		later += rc == 0;
+		later_wait(&lock, &cond, &answered, i + 1);
+		ck_assert_int_eq(c.l.err, 0);
+		ck_assert_msg(c.same, "block %d: wrong bytes", i);
+	}
+	ck_assert_msg(later > 0, "no read of a cold block was left waiting");
+	tu_settle(w.t);
+	two_close(&w, true);
+	free(want);
+}
+END_TEST
+
 /* --- the loops --------------------------------------------------------------------------- */
 
 START_TEST(test_fault_disk_every_call)
@@ -1720,7 +1790,8 @@ static Suite *loop_suite(const char *name, const TTest *every, const TTest *thre
 Suite *fault_disk_suite(void)
 {
 	const TTest *errors[] = { test_fault_disk_open_joins_stale_load,
-				  test_fault_disk_reads_answered_later, NULL };
+				  test_fault_disk_reads_answered_later,
+				  test_fault_disk_callback_closes_block, NULL };
 
 	return loop_suite("fault_disk", test_fault_disk_every_call,
 			  test_fault_disk_every_call_threads, test_fault_disk_random, errors);
