@@ -61,6 +61,7 @@ struct pipeline {
 	pthread_cond_t ucond;        /* wakes the fetcher */
 	unsigned queued, running;    /* jobs; protected by qlock */
 	unsigned running_loads;      /* of those running, loads; protected by qlock */
+	unsigned fetches;            /* of both, the fetcher's (loads too); protected by qlock */
 	struct dump_job *parked;     /* dumps that kept failing (a full or read-only disk): tried
 	                              * again every PARK_RETRY_NS, after any dump that works, and
 	                              * once more at drain; protected by qlock */

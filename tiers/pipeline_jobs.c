@@ -319,6 +319,7 @@ static void *fetcher(void *arg)
 		load_fetch_wanted(p, ld);
 		pthread_mutex_lock(&p->qlock);
 		p->running--;
+		p->fetches--;
 		pthread_cond_broadcast(&p->qidle);
 	}
 	pthread_mutex_unlock(&p->qlock);
@@ -357,6 +358,7 @@ static void load_urgent(struct pipeline *p, struct loading *ld)
 			p->uhead = ld;
 		p->utail = ld;
 		p->queued++;
+		p->fetches++;
 		pthread_cond_signal(&p->ucond);
 	}
 	pthread_mutex_unlock(&p->qlock);
@@ -428,14 +430,14 @@ unsigned jobs_pending(struct pipeline *p, unsigned *loads)
 	pthread_mutex_lock(&p->qlock);
 	n = p->queued + p->running;
 	if (loads)
-		*loads = atomic_load(&p->lqueued) + p->running_loads;
+		*loads = atomic_load(&p->lqueued) + p->running_loads + p->fetches;
 	pthread_mutex_unlock(&p->qlock);
 	return n;
 }
 
 void jobs_stop(struct pipeline *p)
 {
-	if (!p->started && !p->sweeping)
+	if (!p->started && !p->sweeping && !p->fetching)
 		return;
 	jobs_drain(p);
 	pthread_mutex_lock(&p->qlock);
@@ -801,11 +803,10 @@ static void load_run(struct pipeline *p, struct loading *ld)
 	/* give the first read a moment to say where the reader is */
 	pthread_mutex_lock(&ld->lock);
 	while (!ld->hinted && ld->npieces && mono_ns() < ld->t0 + HINT_WAIT_NS) {
-		struct timespec ts;
-		int64_t until = wall_ns() + (ld->t0 + HINT_WAIT_NS - mono_ns());
+		int64_t until = ld->t0 + HINT_WAIT_NS; /* ld->cond runs on the monotonic clock */
+		struct timespec ts = { .tv_sec = until / 1000000000,
+				       .tv_nsec = until % 1000000000 };
 
-		ts.tv_sec = until / 1000000000;
-		ts.tv_nsec = until % 1000000000;
 		pthread_cond_timedwait(&ld->cond, &ld->lock, &ts);
 	}
 	if (!ld->hinted) {
@@ -896,6 +897,7 @@ static struct loading *load_new(struct pipeline *p, const struct blockid *id,
 {
 	struct loading *ld = calloc(1, sizeof(*ld));
 	struct block_layout lay;
+	pthread_condattr_t ca;
 	uint64_t pieces;
 
 	if (!ld)
@@ -909,7 +911,7 @@ static struct loading *load_new(struct pipeline *p, const struct blockid *id,
 	if (p->below->ops->layout && p->below->ops->layout(lh, &lay) == 0 && lay.nchunks &&
 	    lay.chunk_size >= (64u << 10))
 		ld->piece = lay.chunk_size;
-	pieces = (ld->a.size + PIECE - 1) / PIECE;
+	pieces = (ld->a.size + ld->piece - 1) / ld->piece;
 	if (pieces > MAX_PIECES) {
 		ld->piece = (ld->a.size + MAX_PIECES - 1) / MAX_PIECES;
 		ld->piece = (ld->piece + 4095) & ~(uint64_t)4095;
@@ -931,7 +933,10 @@ static struct loading *load_new(struct pipeline *p, const struct blockid *id,
 	ld->buf = (char *)tier_data(ld->r);
 	ld->wtail = &ld->waiters;
 	pthread_mutex_init(&ld->lock, NULL);
-	pthread_cond_init(&ld->cond, NULL);
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC); /* a wall-clock step never stalls it */
+	pthread_cond_init(&ld->cond, &ca);
+	pthread_condattr_destroy(&ca);
 	return ld;
 }
 
@@ -1013,6 +1018,8 @@ int load_open(struct pipeline *p, const struct blockid *id, bool wait, struct lo
 		*direct = lh;
 		return 0;
 	}
+	if (!p->started)
+		ld->queued = ld->hinted = true; /* loaded whole below; set before anyone joins */
 	pthread_mutex_lock(&p->lock);
 	joined = find_load(p, id);
 	if (joined) {
@@ -1040,7 +1047,6 @@ int load_open(struct pipeline *p, const struct blockid *id, bool wait, struct lo
 		pthread_mutex_lock(&p->lock);
 		ld->refs++;
 		pthread_mutex_unlock(&p->lock);
-		ld->queued = ld->hinted = true;
 		load_run(p, ld);
 		return 0;
 	}

@@ -574,6 +574,35 @@ START_TEST(test_pipeline_evicted_block_loads_back)
 }
 END_TEST
 
+/*
+ * A load fetches a block in pieces of the stored chunk size, whatever it is: smaller than the
+ * load's default piece (a store written with small chunks) or larger (the chunks of a block
+ * of more than 330 x 256 KiB). Each loads back whole, admitted, without a load error.
+ */
+START_TEST(test_pipeline_loads_any_chunk_size)
+{
+	static const uint32_t chunks[] = { 64 * KB, 128 * KB, 512 * KB, 1 * MB };
+	const uint64_t size = 3 * MB + 5000;
+
+	for (size_t k = 0; k < sizeof(chunks) / sizeof(chunks[0]); k++) {
+		struct tu_stack_config c = { .posix = true, .chunk_size = chunks[k] };
+		struct blockid id = ut_id(400 + k);
+		struct tier *t = open_stack(8 * MB, &c);
+
+		ck_assert_int_eq(pput(&id, 7, size, 0), 0);
+		t->ops->drain(t);
+		evict(&id);
+		tu_expect(t, &id, 7, size);
+		t->ops->drain(t);
+		ck_assert_msg(in_cache(&id, NULL), "chunks of %u: the load was not admitted",
+			      chunks[k]);
+		ck_assert_uint_eq(counters().load_errors, 0);
+		tu_stack_close(&st);
+		st.t = NULL;
+	}
+}
+END_TEST
+
 START_TEST(test_pipeline_streams_when_memory_pinned)
 {
 	struct tier *t = open_stack(128 * KB, NULL);
@@ -993,6 +1022,69 @@ START_TEST(test_pipeline_parallel_reads_from_disk)
 }
 END_TEST
 
+/* Two threads open the same block on disk at once, one for the daemon's own use. */
+struct race_open {
+	pthread_barrier_t *bar;
+	struct blockid id;
+	unsigned flags;
+	uint64_t size;
+};
+
+static void *race_open_run(void *arg)
+{
+	struct race_open *r = arg;
+	struct tier_handle *h;
+
+	pthread_barrier_wait(r->bar);
+	if (P()->ops->open(P(), &r->id, r->flags, &h) == 0) {
+		struct block_attr a;
+
+		h->tier->ops->stat(h, &a);
+		ck_assert_uint_eq(a.size, r->size);
+		tier_close(h);
+	}
+	return NULL;
+}
+
+/*
+ * Without workers a load runs whole in the thread that started it; a second opener that joins
+ * it (a daemon-internal open waits for the load) must not queue a pass nobody would run: the
+ * drain that follows would never end (the test's timeout) and the load would leak.
+ */
+START_TEST(test_pipeline_no_workers_joined_load)
+{
+	struct tu_stack_config c = { .posix = true, .no_start = true };
+	struct tier *t = open_stack(64 * MB, &c);
+	enum { N = 1000 };
+	pthread_barrier_t bar;
+
+	pthread_barrier_init(&bar, NULL, 2);
+	for (int i = 0; i < N; i++) {
+		struct blockid id = ut_id(500 + i);
+
+		ck_assert_int_eq(pput(&id, 3, 4 * KB, 0), 0);
+	}
+	t->ops->drain(t);
+	for (int i = 0; i < N; i++) {
+		struct race_open r[2] = {
+			{ .bar = &bar, .id = ut_id(500 + i), .flags = 0, .size = 4 * KB },
+			{ .bar = &bar, .id = ut_id(500 + i), .flags = TIER_OPEN_INTERNAL,
+			  .size = 4 * KB },
+		};
+		pthread_t th[2];
+
+		evict(&r[0].id);
+		for (int k = 0; k < 2; k++)
+			ck_assert_int_eq(pthread_create(&th[k], NULL, race_open_run, &r[k]), 0);
+		for (int k = 0; k < 2; k++)
+			pthread_join(th[k], NULL);
+		t->ops->drain(t);
+		tu_expect(t, &r[0].id, 3, 4 * KB);
+	}
+	pthread_barrier_destroy(&bar);
+}
+END_TEST
+
 START_TEST(test_pipeline_threads)
 {
 	struct tier *t = open_stack(512 * KB, NULL);
@@ -1044,6 +1136,7 @@ Suite *pipeline_suite(void)
 	tcase_add_test(core, test_pipeline_compressed_on_disk);
 	tcase_add_test(core, test_pipeline_drain_puts_all_on_disk);
 	tcase_add_test(core, test_pipeline_evicted_block_loads_back);
+	tcase_add_test(core, test_pipeline_loads_any_chunk_size);
 	tcase_add_test(core, test_pipeline_streams_when_memory_pinned);
 	tcase_add_test(core, test_pipeline_remove_both_tiers);
 	tcase_add_test(core, test_pipeline_remove_races_dump);
@@ -1061,6 +1154,7 @@ Suite *pipeline_suite(void)
 	tcase_add_test(errors, test_pipeline_corrupt_disk_copy);
 	tcase_add_test(conc, test_pipeline_threads);
 	tcase_add_test(conc, test_pipeline_parallel_reads_from_disk);
+	tcase_add_test(conc, test_pipeline_no_workers_joined_load);
 	suite_add_tcase(s, core);
 	suite_add_tcase(s, errors);
 	suite_add_tcase(s, conc);

@@ -251,7 +251,8 @@ void tu_stack_open(struct tu_stack *s, const struct tu_stack_config *cfg)
 			ck_assert_int_eq(stripe_create(dirs, n, &s->disk), 0);
 		s->below = s->disk;
 		if (cfg->compress) {
-			struct compress_config zc = { .zstd = true, .level = 1 };
+			struct compress_config zc = { .zstd = true, .level = 1,
+						      .chunk_size = cfg->chunk_size };
 
 			ck_assert_int_eq(compress_create(&zc, s->disk, &s->below), 0);
 		}

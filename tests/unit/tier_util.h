@@ -80,6 +80,7 @@ struct tu_stack_config {
 	unsigned dirty_wait_ms;    /* 0: 5000 when there is a tier below */
 	bool no_start;             /* do not start the dump workers */
 	bool compress;             /* a compress tier (zstd) over the disk, as the daemon has */
+	uint32_t chunk_size;       /* its chunk size; 0: the default */
 	int nstores;               /* > 1: a stripe over that many posix tiers */
 };
 
