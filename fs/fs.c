@@ -643,15 +643,17 @@ static void read_done(void *arg, const void *data, int err)
 {
 	struct read_wait *w = arg;
 	struct fh *fh = w->fh;
+	struct ucmfs *fs = fs_of(w->req);
 
 	if (data) {
-		counter_add(&fs_of(w->req)->read_bytes, w->size);
+		counter_add(&fs->read_bytes, w->size);
 		fuse_reply_buf(w->req, data, w->size);
 	} else {
 		fuse_reply_err(w->req, -err);
 	}
 	free(w);
 	atomic_fetch_sub(&fh->inflight, 1); /* release may go on */
+	atomic_fetch_sub(&fs->replies_later, 1); /* and the session may end */
 }
 
 /*
@@ -671,11 +673,13 @@ static bool read_mapped(fuse_req_t req, struct fh *fh, size_t size, off_t off, b
 		w->req = req;
 		w->fh = fh;
 		w->size = size;
+		atomic_fetch_add(&fs_of(req)->replies_later, 1);
 		rc = ops->map_start(fh->h, (uint64_t)off, size, read_done, w, &data);
 		if (rc == 0) {
 			*later = true;
 			return true;
 		}
+		atomic_fetch_sub(&fs_of(req)->replies_later, 1);
 		free(w);
 	} else if (ops->map) {
 		data = ops->map(fh->h, (uint64_t)off, size);
@@ -1010,6 +1014,11 @@ int fs_run(const struct ucm_options *o, struct tier *pipe)
 	fuse_loop_cfg_set_idle_threads(lc, 4);
 	rc = fuse_session_loop_mt(fs.se, lc);
 	status = rc == 0 || rc == SIGTERM || rc == SIGINT || rc == SIGHUP ? 0 : 1;
+	/* reads left waiting for the disk are answered by the pipeline's threads: their replies
+	 * go out before the unmount closes the session's descriptor (an IO that hangs fails
+	 * after io_timeout) */
+	while (atomic_load(&fs.replies_later))
+		usleep(1000);
 out_unmount:
 	fuse_session_unmount(fs.se);
 out_signals:

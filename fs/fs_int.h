@@ -30,6 +30,8 @@ struct ucmfs {
 	counter_t read_requests, write_requests; /* READ and WRITE requests for blocks */
 	counter_t queries_total;
 	struct histogram query_hist;
+	atomic_int replies_later;        /* reads to be answered by the thread fetching their
+					    bytes: the session must outlive them (fs_run) */
 };
 
 enum fh_kind { FH_READ, FH_WRITE, FH_CTL, FH_DIR, FH_QUERY };

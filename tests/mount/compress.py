@@ -232,6 +232,23 @@ def test_random_access_streamed():
         verify(m, blocks, 'whole reads with mem_size=1M')
 
 
+@case(timeout=180)
+def test_block_of_many_chunks_from_disk():
+    """A block of more than 330 chunks of 256 KiB (the stage then makes its chunks larger)
+    reads back from disk whole, and a shard of it, after a remount."""
+    n = 100 * MiB + 5
+    with Mount('mem_size=256M') as m:
+        blocks = write_blocks(m, [('rnd', n, 50)])
+        m.remount()
+        verify(m, blocks, 'a 100 MiB block from disk')
+        m.remount()
+        (bid, (_, _, data)), = blocks.items()
+        with open(m.path(bid), 'rb', buffering=0) as f:
+            off = 90 * MiB + 4097
+            same(os.pread(f.fileno(), 128 * KiB, off), data[off:off + 128 * KiB],
+                 'a 128 KiB shard at 90 MiB of a 100 MiB block from disk')
+
+
 @case(timeout=90)
 def test_compress_none_stores_raw():
     with Mount('compress=none') as m:
@@ -336,5 +353,6 @@ def test_write_without_cache():
 
 
 if __name__ == '__main__':
-    run([test_kv_blocks_from_disk, test_random_access_streamed, test_compress_none_stores_raw,
-         test_shuffle_options, test_readable_without_compress_stage, test_write_without_cache])
+    run([test_kv_blocks_from_disk, test_random_access_streamed, test_block_of_many_chunks_from_disk,
+         test_compress_none_stores_raw, test_shuffle_options, test_readable_without_compress_stage,
+         test_write_without_cache])
