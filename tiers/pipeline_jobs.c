@@ -16,7 +16,8 @@
  *
  * A load is single-flight and streaming. The first reader of a block that is only on disk
  * creates a `struct loading`: a cache reservation of the block's size split into pieces of
- * PIECE bytes, each TODO, BUSY or DONE. Only workers fetch pieces. A read never waits in the
+ * one stored chunk each (PIECE bytes where the block below has no chunks), each TODO, BUSY or
+ * DONE. Only workers fetch pieces. A read never waits in the
  * thread that asked: it leaves a waiter on the load (load_map_start()) naming the pieces it
  * covers and returns; the worker that fetches the last of them calls the waiter back with the
  * bytes, so the first bytes come back as soon as their pieces are in, and a session thread is
@@ -1103,9 +1104,8 @@ static void waiter_init(const struct loading *ld, struct load_waiter *w, uint64_
 static int wait_range(struct pipeline *p, struct loading *ld, uint64_t off, size_t len)
 {
 	struct load_waiter w = { 0 };
-	int rc;
-
 	bool urgent = fetcher_ref(p, ld);
+	int rc;
 
 	waiter_init(ld, &w, off, len);
 	pthread_mutex_lock(&ld->lock);
