@@ -128,14 +128,12 @@ int ctl_open(struct ucmfs *fs, fuse_ino_t nid, struct fuse_file_info *fi, struct
 		return -EISDIR;
 	if ((fi->flags & O_ACCMODE) != O_RDONLY)
 		return -EACCES; /* read-only even for root */
-	fh = calloc(1, sizeof(*fh));
+	fh = fh_new(fs, FH_CTL, fi->flags);
 	if (!fh)
 		return -ENOMEM;
-	fh->kind = FH_CTL;
-	pthread_mutex_init(&fh->lock, NULL);
 	rc = ctl_text(fs, nid, &fh->text, &fh->len);
 	if (rc) {
-		free(fh);
+		fh_free(fs, fh);
 		return rc;
 	}
 	/* the size changes from one open to the next: never cache the contents */

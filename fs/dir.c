@@ -23,34 +23,37 @@ struct dircursor {
 
 void dir_opendir(fuse_req_t req, fuse_ino_t nid, struct fuse_file_info *fi)
 {
+	struct ucmfs *fs = fs_of(req);
 	struct fh *fh;
 
 	if (nid != NID_ROOT && nid != NID_UCM && nid != NID_QUERY) {
 		fuse_reply_err(req, ENOTDIR);
 		return;
 	}
-	fh = calloc(1, sizeof(*fh));
+	fh = fh_new(fs, FH_DIR, fi->flags);
 	if (!fh || !(fh->dir = calloc(1, sizeof(*fh->dir)))) {
-		free(fh);
+		if (fh)
+			fh_free(fs, fh);
 		fuse_reply_err(req, ENOMEM);
 		return;
 	}
-	fh->kind = FH_DIR;
 	fh->dir->shard = BLOCKID_SHARDS;
 	fi->fh = (uintptr_t)fh;
-	if (fuse_reply_open(req, fi) == -ENOENT) {
-		free(fh->dir);
-		free(fh);
+	if (fuse_reply_open(req, fi) == -ENOENT)
+		fh_free(fs, fh);
+}
+
+void dir_free(struct dircursor *c)
+{
+	if (c) {
+		idvec_free(&c->ids);
+		free(c);
 	}
 }
 
 void dir_releasedir(fuse_req_t req, fuse_ino_t nid, struct fuse_file_info *fi)
 {
-	struct fh *fh = fh_of(fi);
-
-	idvec_free(&fh->dir->ids);
-	free(fh->dir);
-	free(fh);
+	fh_release(fs_of(req), fh_of(fi));
 	fuse_reply_err(req, 0);
 }
 

@@ -279,16 +279,21 @@ static void op_setattr(fuse_req_t req, fuse_ino_t nid, struct stat *attr, int to
 
 /* --- open, create, close ----------------------------------------------------------------- */
 
-static struct fh *fh_new(enum fh_kind kind, struct inode *ino, int flags)
+struct fh *fh_new(struct ucmfs *fs, enum fh_kind kind, int flags)
 {
 	struct fh *fh = calloc(1, sizeof(*fh));
 
 	if (!fh)
 		return NULL;
 	fh->kind = kind;
-	fh->inode = ino;
 	fh->open_flags = flags;
 	pthread_mutex_init(&fh->lock, NULL);
+	pthread_mutex_lock(&fs->fh_lock);
+	fh->next = fs->fhs;
+	if (fs->fhs)
+		fs->fhs->prev = fh;
+	fs->fhs = fh;
+	pthread_mutex_unlock(&fs->fh_lock);
 	return fh;
 }
 
@@ -306,8 +311,16 @@ static void rhandle_put(struct rhandle *r)
 	}
 }
 
-static void fh_free(struct ucmfs *fs, struct fh *fh)
+void fh_free(struct ucmfs *fs, struct fh *fh)
 {
+	pthread_mutex_lock(&fs->fh_lock);
+	if (fh->prev)
+		fh->prev->next = fh->next;
+	else
+		fs->fhs = fh->next;
+	if (fh->next)
+		fh->next->prev = fh->prev;
+	pthread_mutex_unlock(&fs->fh_lock);
 	if (fh->inode) {
 		if (fh->kind == FH_WRITE)
 			itable_del_writer(fs->itab, fh->inode);
@@ -317,6 +330,10 @@ static void fh_free(struct ucmfs *fs, struct fh *fh)
 	}
 	if (fh->kind == FH_READ)
 		rhandle_put(fh->rh);
+	if (fh->kind == FH_QUERY)
+		query_close(fs, fh->q);
+	if (fh->kind == FH_DIR)
+		dir_free(fh->dir);
 	pthread_mutex_destroy(&fh->lock);
 	free(fh->text);
 	free(fh);
@@ -379,13 +396,14 @@ static int open_reader(struct ucmfs *fs, struct fh *fh)
  */
 static int open_block(struct ucmfs *fs, struct inode *ino, int flags, struct fh **out)
 {
-	struct fh *fh = fh_new(wants_write(flags) ? FH_WRITE : FH_READ, ino, flags);
+	struct fh *fh = fh_new(fs, wants_write(flags) ? FH_WRITE : FH_READ, flags);
 	unsigned rf = 0;
 	struct block_attr a;
 	int rc;
 
 	if (!fh)
 		return -ENOMEM;
+	fh->inode = ino;
 	if (fh->kind == FH_READ) {
 		rc = open_reader(fs, fh);
 	} else {
@@ -445,10 +463,6 @@ static void op_open(fuse_req_t req, fuse_ino_t nid, struct fuse_file_info *fi)
 		counter_add(&fs->opens, 1);
 	if (fuse_reply_open(req, fi) == -ENOENT) {
 		/* interrupted: the kernel will not release it */
-		if (fh->kind == FH_QUERY) {
-			query_release(fs, fh);
-			return;
-		}
 		if (fh->kind == FH_WRITE && fh->h)
 			fs->pipe->ops->abort(fh->h);
 		fh_free(fs, fh);
@@ -474,9 +488,10 @@ static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_
 		}
 		fi->fh = (uintptr_t)fh;
 		fi->direct_io = 1;
+		fi->noflush = 1; /* as op_open: only a block writer's close does anything */
 		if (fuse_reply_create(req, &e, fi) == -ENOENT) {
 			query_forget(fs, e.ino, 1);
-			query_release(fs, fh);
+			fh_free(fs, fh);
 		}
 		return;
 	}
@@ -575,20 +590,17 @@ static void op_flush(fuse_req_t req, fuse_ino_t nid, struct fuse_file_info *fi)
 	fuse_reply_err(req, -rc);
 }
 
-static void op_release(fuse_req_t req, fuse_ino_t nid, struct fuse_file_info *fi)
+void fh_release(struct ucmfs *fs, struct fh *fh)
 {
-	struct ucmfs *fs = fs_of(req);
-	struct fh *fh = fh_of(fi);
-
 	fh_quiesce(fh);
-	if (fh->kind == FH_QUERY) {
-		query_release(fs, fh);
-		fuse_reply_err(req, 0);
-		return;
-	}
 	if (fh->kind == FH_WRITE)
 		commit_writer(fs, fh, true, 0);
 	fh_free(fs, fh); /* a reader's handle closes with the node's last reader */
+}
+
+static void op_release(fuse_req_t req, fuse_ino_t nid, struct fuse_file_info *fi)
+{
+	fh_release(fs_of(req), fh_of(fi));
 	fuse_reply_err(req, 0);
 }
 
@@ -970,6 +982,7 @@ int fs_run(const struct ucm_options *o, struct tier *pipe)
 	char *mnt = NULL, why[256];
 	int status = 1, rc;
 
+	pthread_mutex_init(&fs.fh_lock, NULL);
 	fs.uid = getuid();
 	fs.gid = getgid();
 	clock_gettime(CLOCK_REALTIME, &fs.start);
@@ -1021,6 +1034,9 @@ int fs_run(const struct ucm_options *o, struct tier *pipe)
 		usleep(1000);
 out_unmount:
 	fuse_session_unmount(fs.se);
+	/* files whose RELEASE the unmount dropped (closed just before it) */
+	while (fs.fhs)
+		fh_release(&fs, fs.fhs);
 out_signals:
 	fuse_remove_signal_handlers(fs.se);
 out_session:
@@ -1035,5 +1051,6 @@ out:
 	query_shutdown(&fs);
 	tier_destroy(pipe);
 	itable_destroy(fs.itab);
+	pthread_mutex_destroy(&fs.fh_lock);
 	return status;
 }

@@ -14,6 +14,7 @@
 #include "src/options.h"
 #include "tiers/tier.h"
 
+struct dircursor;
 struct qdir;
 struct qfile;
 
@@ -32,6 +33,10 @@ struct ucmfs {
 	struct histogram query_hist;
 	atomic_int replies_later;        /* reads to be answered by the thread fetching their
 					    bytes: the session must outlive them (fs_run) */
+	pthread_mutex_t fh_lock;         /* protects fhs */
+	struct fh *fhs;                  /* every open file: the kernel drops the RELEASE of a
+					    file closed just before an unmount, and fs_run()
+					    closes what is left */
 };
 
 enum fh_kind { FH_READ, FH_WRITE, FH_CTL, FH_DIR, FH_QUERY };
@@ -61,6 +66,7 @@ struct fh {
 	/* replies being sent from this handle's memory: release waits for them (the reader can
 	 * see its data, close, and have the handle released before our writev returns) */
 	atomic_int inflight;
+	struct fh *prev, *next;          /* on fs->fhs */
 };
 
 static inline struct ucmfs *fs_of(fuse_req_t req)
@@ -102,6 +108,13 @@ static inline struct inode *inode_of(fuse_ino_t nid)
 	return (struct inode *)(uintptr_t)nid;
 }
 
+/* An open file of `kind` on fs->fhs (fs/fs.c), or NULL without memory. */
+struct fh *fh_new(struct ucmfs *fs, enum fh_kind kind, int flags);
+/* Free fh and what it holds, as a close does, without committing anything. */
+void fh_free(struct ucmfs *fs, struct fh *fh);
+/* The kernel's RELEASE of fh: a writer's last close commits, then fh is freed. */
+void fh_release(struct ucmfs *fs, struct fh *fh);
+
 /* Attributes of the version ino shows (or of a reservation with writers); fh, if not NULL, is
  * an open file of ino. 0 or -ENOENT. */
 int fs_block_stat(struct ucmfs *fs, struct inode *ino, struct fh *fh, struct stat *st);
@@ -127,7 +140,8 @@ int query_create(struct ucmfs *fs, fuse_req_t req, const char *name, int flags,
 		 struct fuse_entry_param *e, struct fh **out);
 int query_open(struct ucmfs *fs, fuse_ino_t nid, int flags, struct fh **out);
 void query_forget(struct ucmfs *fs, fuse_ino_t nid, uint64_t n);
-void query_release(struct ucmfs *fs, struct fh *fh);
+/* An open file of q is freed. */
+void query_close(struct ucmfs *fs, struct qfile *q);
 int query_getattr(struct ucmfs *fs, fuse_ino_t nid, struct stat *st);
 int query_truncate(struct ucmfs *fs, fuse_ino_t nid, uint64_t size);
 ssize_t query_read(struct ucmfs *fs, struct fh *fh, char *buf, size_t size, uint64_t off);
@@ -148,6 +162,7 @@ void dir_opendir(fuse_req_t req, fuse_ino_t nid, struct fuse_file_info *fi);
 void dir_readdir(fuse_req_t req, fuse_ino_t nid, size_t size, off_t off,
 		 struct fuse_file_info *fi);
 void dir_releasedir(fuse_req_t req, fuse_ino_t nid, struct fuse_file_info *fi);
+void dir_free(struct dircursor *c);
 
 /* fs/xattr.c: extended attributes */
 void xattr_get(fuse_req_t req, fuse_ino_t nid, const char *name, size_t size);

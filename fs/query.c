@@ -184,19 +184,6 @@ int query_lookup(struct ucmfs *fs, const char *name, struct fuse_entry_param *e)
 	return q ? 0 : -ENOENT;
 }
 
-static struct fh *new_fh(struct qfile *q, int flags)
-{
-	struct fh *fh = calloc(1, sizeof(*fh));
-
-	if (!fh)
-		return NULL;
-	fh->kind = FH_QUERY;
-	fh->q = q;
-	fh->open_flags = flags;
-	pthread_mutex_init(&fh->lock, NULL);
-	return fh;
-}
-
 int query_create(struct ucmfs *fs, fuse_req_t req, const char *name, int flags,
 		 struct fuse_entry_param *e, struct fh **out)
 {
@@ -238,11 +225,12 @@ int query_create(struct ucmfs *fs, fuse_req_t req, const char *name, int flags,
 		q->len = 0;
 		q->gen++;
 	}
-	fh = new_fh(q, flags);
+	fh = fh_new(fs, FH_QUERY, flags);
 	if (!fh) {
 		pthread_mutex_unlock(&qd->lock);
 		return -ENOMEM;
 	}
+	fh->q = q;
 	q->nlookup++;
 	q->opens++;
 	entry_of(fs, q, e);
@@ -255,10 +243,11 @@ int query_open(struct ucmfs *fs, fuse_ino_t nid, int flags, struct fh **out)
 {
 	struct qdir *qd = fs->queries;
 	struct qfile *q = qf_of(nid);
-	struct fh *fh = new_fh(q, flags);
+	struct fh *fh = fh_new(fs, FH_QUERY, flags);
 
 	if (!fh)
 		return -ENOMEM;
+	fh->q = q;
 	pthread_mutex_lock(&qd->lock);
 	q->opens++;
 	if (flags & O_TRUNC) {
@@ -282,16 +271,14 @@ void query_forget(struct ucmfs *fs, fuse_ino_t nid, uint64_t n)
 	pthread_mutex_unlock(&qd->lock);
 }
 
-void query_release(struct ucmfs *fs, struct fh *fh)
+void query_close(struct ucmfs *fs, struct qfile *q)
 {
 	struct qdir *qd = fs->queries;
 
 	pthread_mutex_lock(&qd->lock);
-	fh->q->opens--;
-	qf_maybe_free(qd, fh->q);
+	q->opens--;
+	qf_maybe_free(qd, q);
 	pthread_mutex_unlock(&qd->lock);
-	pthread_mutex_destroy(&fh->lock);
-	free(fh);
 }
 
 int query_getattr(struct ucmfs *fs, fuse_ino_t nid, struct stat *st)

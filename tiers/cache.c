@@ -1058,6 +1058,9 @@ static void drop_one(struct idnode *n, void *arg)
 	struct cache *c = arg;
 	struct cblock *b = CB(n);
 
+#ifdef UCM_CHECK_INVARIANTS
+	assert(b->refs == 1); /* no handle outlives its tier */
+#endif
 	idmap_remove(&c->map, n);
 	buf_free(b->data, b->cap);
 	free(b);

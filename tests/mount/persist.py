@@ -5,6 +5,8 @@ and 5)."""
 import errno
 import os
 import random
+import signal
+import subprocess
 import sys
 import threading
 import time
@@ -120,6 +122,59 @@ def test_remount_persistence():
         verify_all(m, blocks, 'after a remount started right after fusermount3 -u')
 
 
+def wait_stopped(pid):
+    """Wait until every thread of process pid has stopped (SIGSTOP reaches each in turn)."""
+    end = time.monotonic() + 10
+    while True:
+        states = []
+        for t in os.listdir('/proc/%d/task' % pid):
+            with open('/proc/%d/task/%s/stat' % (pid, t)) as f:
+                states.append(f.read().rsplit(')', 1)[1].split()[0])
+        if all(s in 'tT' for s in states):
+            return
+        check(time.monotonic() < end, 'the daemon did not stop: thread states %s' % states)
+        time.sleep(0.01)
+
+
+def test_files_closed_just_before_unmount():
+    """Files of every kind closed right before fusermount3 -u: the kernel drops the RELEASEs
+    the daemon has not read yet (here all of them: the daemon is stopped meanwhile). It still
+    frees every open file (a sanitizer build reports a leak otherwise), exits 0, and the
+    blocks written and read through them persist."""
+    with Mount('mem_size=16M') as m:
+        old, data = rand_id(), pattern(MiB + 7, 1)
+        write_file(m.path(old), data)
+        fds = [os.open(m.mnt, os.O_RDONLY | os.O_DIRECTORY) for _ in range(8)]
+        for d in fds[:4]:
+            os.listdir(d)                            # cursors that hold a shard's ids
+        fds += [os.open(m.path('.ucm/stats'), os.O_RDONLY) for _ in range(4)]
+        fds += [os.open(m.path('.ucm/query/q%d' % i), os.O_RDWR | os.O_CREAT, 0o600)
+                for i in range(4)]
+        fds += [os.open(m.path(old), os.O_RDONLY) for _ in range(4)]
+        os.read(fds[-1], 4096)
+        news = {}
+        for i in range(4):
+            bid = rand_id()
+            news[bid] = pattern(64 * KiB + i, 100 + i)
+            fd = os.open(m.path(bid), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            os.write(fd, news[bid])
+            os.close(fd)                             # FLUSH commits; RELEASE follows
+        os.kill(m.proc.pid, signal.SIGSTOP)
+        try:
+            wait_stopped(m.proc.pid)
+            for fd in fds:
+                os.close(fd)                         # RELEASEs queued, never read
+            # not m.unmount(): its mount check would ask the stopped daemon
+            subprocess.run(['fusermount3', '-u', m.mnt], check=True, timeout=30)
+        finally:
+            os.kill(m.proc.pid, signal.SIGCONT)
+        m.unmount()                                  # waits for exit 0, no leak report
+        m.start()
+        same(read_file(m.path(old)), data, 'the block read before the unmount')
+        for bid, want in news.items():
+            same(read_file(m.path(bid)), want, 'a block closed just before the unmount')
+
+
 def started_from_index(m):
     """ucmfs_start_blocks_from_index_total of the mount's store, from /.ucm/stats."""
     with open(m.path('.ucm/stats')) as f:
@@ -231,5 +286,6 @@ def test_durable_then_kill9():
 
 if __name__ == '__main__':
     run([test_mem_size_far_below_data, test_parallel_reads_of_one_streamed_block,
-         test_remount_persistence, test_remount_uses_saved_index, test_empty_block_persists,
+         test_remount_persistence, test_files_closed_just_before_unmount,
+         test_remount_uses_saved_index, test_empty_block_persists,
          test_fsync_then_kill9, test_durable_then_kill9])
