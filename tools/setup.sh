@@ -36,16 +36,26 @@ install_missing() {
 		$missing </dev/null
 }
 
+# quiet CMD...: run CMD; its output is shown only if it fails (ninja prints errors on stdout)
+quiet() {
+	out=$("$@" 2>&1) || {
+		status=$?
+		printf '%s\n' "$out" | tail -n 60
+		say "failed ($status): $*"
+		return "$status"
+	}
+}
+
 # build DIR [meson options...]: configure once, then (re)configure the options and compile
 build() {
 	dir=$1
 	shift
 	if [ ! -f "$dir/build.ninja" ]; then
-		meson setup "$dir" "$@" >/dev/null
+		quiet meson setup "$dir" "$@"
 	else
-		meson configure "$dir" "$@" >/dev/null
+		quiet meson configure "$dir" "$@"
 	fi
-	ninja -C "$dir" >/dev/null
+	quiet ninja -C "$dir"
 }
 
 cmd_run() {
@@ -119,10 +129,10 @@ cmd_test() {
 	build build-tsan -Dwerror=true -Db_sanitize=thread -Db_lundef=false
 	say "building build-fuzz/ (clang, libFuzzer, ASan+UBSan: the fuzz targets only)"
 	if [ ! -f build-fuzz/build.ninja ]; then
-		CC=clang meson setup build-fuzz -Dfuzz=true -Db_sanitize=address,undefined \
-			-Db_lundef=false >/dev/null
+		quiet env CC=clang meson setup build-fuzz -Dfuzz=true -Db_sanitize=address,undefined \
+			-Db_lundef=false
 	fi
-	ninja -C build-fuzz fuzz-targets >/dev/null
+	quiet ninja -C build-fuzz fuzz-targets
 	say "tests: build/"
 	run_suites build --suite unit --suite mount
 	say "tests: build-asan/ (ASan+UBSan)"

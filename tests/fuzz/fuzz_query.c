@@ -73,6 +73,26 @@ static const struct tier_ops fake_ops = {
 static struct tier fake_tier = { .ops = &fake_ops };
 static struct ucmfs fs;
 
+/* the open files of fs/fs.c, for query files only */
+struct fh *fh_new(struct ucmfs *ufs, enum fh_kind kind, int flags)
+{
+	struct fh *fh = calloc(1, sizeof(*fh));
+
+	(void)ufs;
+	if (fh) {
+		fh->kind = kind;
+		fh->open_flags = flags;
+	}
+	return fh;
+}
+
+void fh_free(struct ucmfs *ufs, struct fh *fh)
+{
+	CHECK(fh->kind == FH_QUERY);
+	query_close(ufs, fh->q);
+	free(fh);
+}
+
 /* --- the model --------------------------------------------------------------------------- */
 
 static bool space(char c)
@@ -253,8 +273,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	q->kind = NODE_QUERY;
 	q->listed = true;
 	snprintf(q->name, sizeof(q->name), "fuzz");
-	fh = new_fh(q, (plan & 3) == 3 ? O_WRONLY | O_APPEND : O_WRONLY);
+	fh = fh_new(&fs, FH_QUERY, (plan & 3) == 3 ? O_WRONLY | O_APPEND : O_WRONLY);
 	CHECK(fh);
+	fh->q = q;
 	q->opens = 1;
 
 	/* the content in pieces of 1..32 bytes: forwards, backwards (over holes), appended */
@@ -318,7 +339,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	mlen += sizeof(more) - 1;
 	check_answers(q, model, mlen);
 
-	query_release(&fs, fh);
+	fh_free(&fs, fh);
 	CHECK(q->opens == 0);
 	pthread_mutex_lock(&qd->lock);
 	qd->total -= q->cap;
