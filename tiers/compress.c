@@ -284,33 +284,6 @@ static uint32_t chunk_size_for(const struct ctier *c, uint64_t size)
 	return (uint32_t)((cs + 4095) & ~4095ull);
 }
 
-/*
- * The room to ask of the tier below for a block of `size` raw bytes to be encoded: what it
- * is expected to store, from the ratio of everything this stage has encoded since the start
- * (1/8 to spare). Until HINT_HISTORY bytes were encoded nothing is guessed (0: the disk tier
- * makes room as the bytes come, as for a block of unknown size). A guess too low costs only
- * more steps of room-making; the raw size as a guess made a disk near its capacity evict
- * blocks for room that a compressed block never takes, and refuse a block whose raw size
- * does not fit although its stored size does.
- */
-#define HINT_HISTORY (4u << 20)
-
-static uint64_t stored_hint(struct ctier *c, uint64_t size)
-{
-	uint64_t raw = atomic_load(&c->raw_bytes), st = atomic_load(&c->stored_bytes);
-	uint64_t est;
-
-	if (!c->zstd)
-		return size;
-	if (raw < HINT_HISTORY)
-		return 0;
-	if (st >= raw)
-		return size;
-	est = (uint64_t)((double)size * (double)st / (double)raw);
-	est += est / 8;
-	return est < size ? est : size;
-}
-
 static int c_reserve(struct tier *t, const struct blockid *id, unsigned flags, uint64_t size_hint,
 		     struct tier_handle **out)
 {
@@ -323,10 +296,7 @@ static int c_reserve(struct tier *t, const struct blockid *id, unsigned flags, u
 	w->base.tier = t;
 	w->writer = true;
 	w->all_raw = true;
-	/* only a sequential reservation is encoded; any other is stored raw */
-	rc = c->below->ops->reserve(c->below, id, flags & ~TIER_RESERVE_SEQ,
-				    flags & TIER_RESERVE_SEQ ? stored_hint(c, size_hint) : size_hint,
-				    &w->lh);
+	rc = c->below->ops->reserve(c->below, id, flags & ~TIER_RESERVE_SEQ, size_hint, &w->lh);
 	if (rc) {
 		free(w);
 		return rc;

@@ -515,30 +515,6 @@ def test_disk_size_concurrent_writers():
     check_du_bound('disk_size=16M,mem_size=1M', 4)
 
 
-@case(timeout=150)
-def test_disk_size_counts_stored_bytes():
-    """disk_size is room for stored (compressed) bytes, not raw ones: with disk_size=10M, a
-    3 MiB and an 8.5 MiB KV block (about 8.3 MB stored together) both stay on disk, and a
-    12 MiB KV block (about 8.7 MB stored) is written to disk, the first block after a
-    remount (no history of ratios yet); each survives a remount. (mem_size is large: a
-    block spilled from a full memory is stored raw.)"""
-    opts = 'disk_size=10M,mem_size=64M'
-    with Mount(opts) as m:
-        # what the compression stage has stored so far is what it expects next
-        write_set(m, [('kv', 2 * MiB, 300 + i) for i in range(3)])
-        pair = write_set(m, [('kv', 3 * MiB, 310), ('kv', 8 * MiB + 512 * KiB, 311)])
-        m.remount()
-        listed = m.blocks()
-        for bid, data in pair.items():
-            check(bid in listed, 'the KV block of %d bytes is gone (du of STORE: %d)' % (
-                len(data), du(m.store)))
-        verify(m, pair, 'the pair after remount')
-        big = write_set(m, [('kv', 12 * MiB, 312)])
-        m.remount()
-        verify(m, big, 'a 12 MiB KV block after remount')
-        check(du(m.store) <= 11 * MiB, 'du of STORE is %d, past disk_size' % du(m.store))
-
-
 # --- striping, durability, recovery -------------------------------------------------------
 
 @case(timeout=90)
@@ -750,6 +726,6 @@ if __name__ == '__main__':
     run([test_corrupt_payload, test_corrupt_header, test_truncated_block_file,
          test_full_filesystem_evicts, test_full_disk_of_pins_enospc,
          test_failed_write_publishes_nothing, test_disk_size_bounds_du,
-         test_disk_size_concurrent_writers, test_disk_size_counts_stored_bytes,
-         test_striping, test_statfs_counts_blocks, test_durable_kill9, test_startup_recovery,
-         test_io_engines])
+         test_disk_size_concurrent_writers,
+         test_striping, test_statfs_counts_blocks, test_durable_kill9,
+         test_startup_recovery, test_io_engines])
