@@ -339,6 +339,14 @@ void fh_free(struct ucmfs *fs, struct fh *fh)
 	free(fh);
 }
 
+/* Free fh without a close: a reservation it holds is aborted (nothing is published). */
+static void fh_discard(struct ucmfs *fs, struct fh *fh)
+{
+	if (fh->kind == FH_WRITE && fh->h)
+		fs->pipe->ops->abort(fh->h);
+	fh_free(fs, fh);
+}
+
 static bool wants_write(int flags)
 {
 	return (flags & O_ACCMODE) != O_RDONLY;
@@ -462,10 +470,7 @@ static void op_open(fuse_req_t req, fuse_ino_t nid, struct fuse_file_info *fi)
 	if (fh->kind == FH_READ)
 		counter_add(&fs->opens, 1);
 	if (fuse_reply_open(req, fi) == -ENOENT) {
-		/* interrupted: the kernel will not release it */
-		if (fh->kind == FH_WRITE && fh->h)
-			fs->pipe->ops->abort(fh->h);
-		fh_free(fs, fh);
+		fh_discard(fs, fh); /* interrupted: the kernel will not release it */
 	}
 }
 
@@ -531,9 +536,7 @@ static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_
 	fi->keep_cache = 0;
 	fi->direct_io = 1;
 	if (fuse_reply_create(req, &e, fi) == -ENOENT) {
-		if (fh->h)
-			fs->pipe->ops->abort(fh->h);
-		fh_free(fs, fh);
+		fh_discard(fs, fh);
 		itable_forget(fs->itab, ino, 1);
 	}
 }
@@ -1034,9 +1037,11 @@ int fs_run(const struct ucm_options *o, struct tier *pipe)
 		usleep(1000);
 out_unmount:
 	fuse_session_unmount(fs.se);
-	/* files whose RELEASE the unmount dropped (closed just before it) */
+	/* files still open: closed just before the unmount, whose RELEASE the kernel dropped (a
+	 * writer's FLUSH committed already), or open when a signal stopped the daemon: a block
+	 * that no close published is not published now */
 	while (fs.fhs)
-		fh_release(&fs, fs.fhs);
+		fh_discard(&fs, fs.fhs);
 out_signals:
 	fuse_remove_signal_handlers(fs.se);
 out_session:

@@ -110,7 +110,8 @@ static inline struct inode *inode_of(fuse_ino_t nid)
 
 /* An open file of `kind` on fs->fhs (fs/fs.c), or NULL without memory. */
 struct fh *fh_new(struct ucmfs *fs, enum fh_kind kind, int flags);
-/* Free fh and what it holds, as a close does, without committing anything. */
+/* Free fh and what it holds, as a close does; a writer's reservation is gone already
+ * (committed or aborted). */
 void fh_free(struct ucmfs *fs, struct fh *fh);
 /* The kernel's RELEASE of fh: a writer's last close commits, then fh is freed. */
 void fh_release(struct ucmfs *fs, struct fh *fh);
