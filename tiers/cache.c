@@ -32,6 +32,11 @@
  * is pinned is killed by its last close. A reservation that cannot find room waits up to
  * dirty_wait_ms for dirty blocks to become clean before it fails -ENOSPC.
  *
+ * Memory is reused rather than faulted in again: a buffer freed while no room is being made
+ * (a block removed or replaced) goes to a pool that later reservations take from, and a
+ * reservation that evicts takes over the buffer of a victim of its own size. Both hold
+ * another block's bytes, which zero_stale() keeps from ever being read.
+ *
  * Locking: one mutex, c->lock, protects everything above. It is never held across a call
  * into another tier or the policy's caller; buffers are freed after it is dropped.
  */
@@ -109,6 +114,7 @@ struct cache {
 	unsigned dirty_wait_ms;
 	bool dumps_stuck;              /* no dirty block becomes clean soon; protected by lock */
 	counter_t hits, misses, evictions, expirations, bytes_in;
+	counter_t reused;              /* reservations given a freed block's buffer */
 };
 
 #define CB(n) ((struct cblock *)((char *)(n) - offsetof(struct cblock, node)))
@@ -240,6 +246,25 @@ static void release_buffer(struct cache *c, struct cblock *b, struct freelist *f
 		return;
 	}
 	unmap_later(c, b, b->data, b->cap, fl);
+}
+
+/*
+ * Take out of fl the buffer of a block make_room() just evicted, if one has exactly cap bytes:
+ * a reservation that made room by eviction writes into memory already faulted in instead of
+ * unmapping it and faulting in as much again (the first touch of fresh memory is what a cold
+ * read and a write into a full cache paid most, docs/BENCHMARKS.md). NULL if none.
+ */
+static void *freelist_take(struct freelist *fl, uint64_t cap)
+{
+	for (int i = 0; i < fl->n; i++) {
+		void *data = fl->v[i].data;
+
+		if (data && fl->v[i].cap == cap) {
+			fl->v[i].data = NULL; /* its cblock is still freed by freelist_run() */
+			return data;
+		}
+	}
+	return NULL;
 }
 
 /* Take a pooled buffer of exactly cap bytes, or (any_size) the newest one. c->lock held. */
@@ -641,10 +666,17 @@ static int cache_reserve(struct tier *t, const struct blockid *id, unsigned flag
 		if (rc == 0) {
 			c->used += cap;
 			b->cap = cap;
+			b->data = freelist_take(&fl, cap);
+			/* as a pooled one: another block's bytes, a fresh buffer's size */
+			if (b->data && !(flags & TIER_RESERVE_OVERWRITE))
+				b->stale_end = cap;
 		}
 	}
-	if (rc == 0)
+	if (rc == 0) {
 		c->reservations++;
+		if (b->data)
+			counter_add(&c->reused, 1);
+	}
 	pthread_mutex_unlock(&c->lock);
 	freelist_run(&fl);
 	if (rc == 0 && !b->data) {
@@ -1032,6 +1064,9 @@ static void cache_metrics(struct tier *t, struct metrics *m)
 	metrics_gauge(m, "ucmfs_tier_bytes", "Bytes the tier holds.", l, (double)used);
 	metrics_gauge(m, "ucmfs_tier_capacity_bytes", "Capacity of the tier.", l,
 		      (double)c->capacity);
+	metrics_counter(m, "ucmfs_mem_buffers_reused_total",
+			"New blocks written into a freed block's buffer, not fresh memory.", "",
+			counter_get(&c->reused));
 	metrics_gauge(m, "ucmfs_mem_pooled_bytes",
 		      "Free block buffers kept for reuse (within the capacity).", "",
 		      (double)pooled);

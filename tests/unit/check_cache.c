@@ -12,6 +12,7 @@
 
 #include "src/buf.h"
 #include "src/clock.h"
+#include "src/metrics.h"
 #include "tests/unit/tier_util.h"
 #include "tests/unit/unit.h"
 #include "tiers/cache.h"
@@ -646,6 +647,69 @@ START_TEST(test_cache_truncate_grows_with_zeros)
 }
 END_TEST
 
+/* The value of a counter of the cache's metrics (0 if it is not there). */
+static double metric(struct tier *t, const char *name)
+{
+	struct metrics *m;
+	char *text, *at;
+	size_t len;
+	double v = 0;
+
+	ck_assert_int_eq(metrics_create(&m), 0);
+	t->ops->metrics(t, m);
+	ck_assert_int_eq(metrics_render(m, &text, &len), 0);
+	for (at = text; (at = strstr(at, name)); at++)
+		if ((at == text || at[-1] == '\n') && at[strlen(name)] == ' ')
+			v = strtod(at + strlen(name) + 1, NULL);
+	free(text);
+	metrics_free(m);
+	return v;
+}
+
+/*
+ * A block written into a full cache takes over the buffer of the block evicted for it (no
+ * fresh memory to fault in), and none of that block's bytes shows through: a hole reads as
+ * zeros. Huge-page sized, as KV blocks are.
+ */
+START_TEST(test_cache_evicted_buffer_reused)
+{
+	const uint64_t size = 4096 * KB;
+	struct tier *t = tu_cache(2 * size, 0);
+	struct blockid a = bid(0), b = bid(1), c = bid(2);
+	struct block_meta m = tu_meta(size, 0);
+	struct tier_handle *h;
+	const char *old, *p;
+
+	ck_assert_int_eq(tu_put(t, &a, 1, size, 0, 0, 0), 0);
+	ck_assert_int_eq(tu_put(t, &b, 2, size, 0, 0, 0), 0);
+	ck_assert_int_eq(t->ops->open(t, &a, 0, &h), 0);
+	old = tier_data(h);
+	tier_close(h);
+	ck_assert_int_eq(t->ops->touch(t, &b), 0); /* a is the coldest */
+	ck_assert_double_eq(metric(t, "ucmfs_mem_buffers_reused_total"), 0);
+
+	ck_assert_int_eq(t->ops->reserve(t, &c, 0, size, &h), 0);
+	ck_assert_msg(!present(t, 0), "no block was evicted for the third one");
+	ck_assert_int_eq(tu_write(h, &c, 3, 0, 1000), 1000);
+	ck_assert_int_eq(tu_write(h, &c, 3, size - 1000, 1000), 1000);
+	ck_assert_int_eq(t->ops->commit(h, &m, 0, NULL), 0);
+	ck_assert_double_eq(metric(t, "ucmfs_mem_buffers_reused_total"), 1);
+	ck_assert_uint_eq(usage(t).used, 2 * size);
+
+	ck_assert_int_eq(t->ops->open(t, &c, 0, &h), 0);
+	p = tier_data(h);
+	ck_assert_ptr_eq(p, old);
+	ck_assert_int_eq(ut_diff(&c, 3, p, 1000, 0), -1);
+	ck_assert_int_eq(ut_diff(&c, 3, p + size - 1000, 1000, size - 1000), -1);
+	for (uint64_t i = 1000; i < size - 1000; i++)
+		ck_assert_msg(p[i] == 0, "byte %llu of the hole is %d: the evicted block's",
+			      (unsigned long long)i, p[i]);
+	tier_close(h);
+	tu_expect(t, &b, 2, size);
+	tier_destroy(t);
+}
+END_TEST
+
 /* --- concurrency ------------------------------------------------------------------------- */
 
 #define POOL_IDS 24
@@ -819,6 +883,7 @@ Suite *cache_suite(void)
 	TCase *conc = ut_tcase("concurrency", UT_TIMEOUT_SLOW);
 
 	tcase_add_test(core, test_cache_evicts_lru);
+	tcase_add_test(core, test_cache_evicted_buffer_reused);
 	tcase_add_test(core, test_cache_fifo_order);
 	tcase_add_test(core, test_cache_clock_second_chance);
 	tcase_add_test(errors, test_cache_unknown_policy);
