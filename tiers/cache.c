@@ -251,8 +251,8 @@ static void release_buffer(struct cache *c, struct cblock *b, struct freelist *f
 /*
  * Take out of fl the buffer of a block make_room() just evicted, if one has exactly cap bytes:
  * a reservation that made room by eviction writes into memory already faulted in instead of
- * unmapping it and faulting in as much again (the first touch of fresh memory is what a cold
- * read and a write into a full cache paid most, docs/BENCHMARKS.md). NULL if none.
+ * unmapping it and faulting in (and zeroing) as much again: in a full cache, that was the
+ * price of every load (docs/BENCHMARKS.md). NULL if none.
  */
 static void *freelist_take(struct freelist *fl, uint64_t cap)
 {
