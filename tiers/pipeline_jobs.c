@@ -33,11 +33,13 @@
  * read of a block opened next does not wait for the whole of this one. And the fetcher, one
  * thread at normal priority, takes the pieces waiters lack the moment they wait, while the
  * workers may be in the middle of a piece (a cold 128 KiB shard read just after another
- * block's: 1.5-1.6 ms with it, 4.7-5.3 without, docs/BENCHMARKS.md). The last thread out of
- * a load with no piece left to fetch admits the block into the
- * cache (TIER_COMMIT_LOADED|PIN, under the stripe, only if the version below is still the one
- * read) and the load leaves the in-flight map; its readers keep reading its buffer, which is
- * now the cache's pinned block (or, if admission was refused, their private copy).
+ * block's: 1.5-1.6 ms with it, 4.7-5.3 without, docs/BENCHMARKS.md). The thread that fetches
+ * the last piece (or, after an error, the last thread out of the load) admits the block into
+ * the cache (TIER_COMMIT_LOADED|PIN, under the stripe, only if the version below is still the
+ * one read) and the load leaves the in-flight map; only then are the reads that wait for the
+ * last piece, or came meanwhile, answered, so that a reader who has every byte finds the
+ * block in memory. Its readers keep reading its buffer, which is now the cache's pinned block
+ * (or, if admission was refused, their private copy).
  *
  * Locks: p->lock (maps) -> ld->lock (pieces, waiters); qlock (queues) alone. No lock across
  * IO, and no waiter is called back with a lock held.
@@ -105,6 +107,7 @@ struct loading {
 	uint64_t piece;              /* bytes per piece */
 	uint32_t npieces;
 	uint8_t *state;              /* per piece */
+	uint32_t ndone;              /* pieces DONE */
 	int err;                     /* first fetch error */
 	bool finished;               /* admitted, refused or failed */
 	bool closing;                /* the last runner is admitting it: no runner starts */
@@ -650,7 +653,10 @@ static void call_ready(struct pipeline *p, struct loading *ld, struct load_waite
 	}
 }
 
-/* Fetch piece i (BUSY, claimed by this thread) and answer the waiters it completes. */
+static void load_finish(struct pipeline *p, struct loading *ld);
+
+/* Fetch piece i (BUSY, claimed by this thread) and answer the waiters it completes; the
+ * thread that fetches the last piece admits the block first. */
 static void fetch_piece(struct pipeline *p, struct loading *ld, uint32_t i, bool wanted)
 {
 	uint64_t off = (uint64_t)i * ld->piece;
@@ -666,6 +672,14 @@ static void fetch_piece(struct pipeline *p, struct loading *ld, uint32_t i, bool
 	pthread_mutex_lock(&ld->lock);
 	if (n == (ssize_t)len) {
 		ld->state[i] = P_DONE;
+		if (++ld->ndone == ld->npieces && !ld->closing) {
+			/* the last piece: admit the block before any read of it is answered, so
+			 * that a reader who has all its bytes finds the block in memory */
+			ld->closing = true;
+			pthread_mutex_unlock(&ld->lock);
+			load_finish(p, ld); /* answers the waiters */
+			return;
+		}
 	} else {
 		ld->state[i] = P_TODO;
 		if (!ld->err) {
@@ -682,6 +696,7 @@ static void fetch_piece(struct pipeline *p, struct loading *ld, uint32_t i, bool
 /* The last runner's part: admit the fetched block into memory (or fail the load). */
 static void load_finish(struct pipeline *p, struct loading *ld)
 {
+	struct load_waiter *ready = NULL;
 	struct block_attr now;
 	struct tier_handle *rd = NULL;
 	int rc = 0;
@@ -726,8 +741,10 @@ static void load_finish(struct pipeline *p, struct loading *ld)
 	}
 	/* refused (a newer version arrived) or stale: the readers keep their private copy */
 	ld->finished = true;
+	take_ready(p, ld, &ready); /* reads that came while it was being admitted */
 	pthread_cond_broadcast(&ld->cond);
 	pthread_mutex_unlock(&ld->lock);
+	call_ready(p, ld, ready);
 }
 
 /*
@@ -1082,7 +1099,9 @@ static int add_waiter(struct pipeline *p, struct loading *ld, struct load_waiter
 	load_hint(ld, w->first);
 	if (ld->err)
 		return ld->err;
-	if (range_done(ld, w->first, w->last))
+	/* bytes in are answered at once, except while the block is being admitted: then by
+	 * load_finish(), once it is in memory */
+	if (range_done(ld, w->first, w->last) && (ld->finished || !ld->closing))
 		return 1;
 	/* the load was queued at open: its runners (or one still fetching) will answer w */
 	w->next = NULL;
