@@ -110,7 +110,7 @@ struct loading {
 	uint32_t ndone;              /* pieces DONE */
 	int err;                     /* first fetch error */
 	bool finished;               /* admitted, refused or failed */
-	bool closing;                /* the last runner is admitting it: no runner starts */
+	bool closing;                /* being admitted (or failed): no runner starts */
 	bool queued;                 /* the workers' job was queued */
 	bool hinted;                 /* a read has set start */
 	uint32_t start;              /* the piece the runners start from: the first read's */
@@ -693,7 +693,8 @@ static void fetch_piece(struct pipeline *p, struct loading *ld, uint32_t i, bool
 	call_ready(p, ld, ready);
 }
 
-/* The last runner's part: admit the fetched block into memory (or fail the load). */
+/* Admit the fetched block into memory (or fail the load) and answer the reads still waiting:
+ * by the thread that fetched the last piece, or after an error by the last one out. */
 static void load_finish(struct pipeline *p, struct loading *ld)
 {
 	struct load_waiter *ready = NULL;
