@@ -21,7 +21,10 @@
  * are cut into BG_SEG segments, hold at most half the depth, and submit nothing while a
  * foreground request is in the engine: what a foreground read finds ahead of it in the
  * disk's queue is a few small segments, not a block. A prefetch (io_prefetch) submits what
- * the depth allows at once and the rest when it is waited for, in the waiter's class.
+ * the depth allows at once; the rest waits in e->pf_queue, from which the completion thread
+ * submits as segments complete (and a foreground request, when it is done), oldest prefetch
+ * first: a stream's read-ahead keeps the disk busy while its reader decodes. A prefetch
+ * waited for submits its own rest in the waiter's class.
  *
  * The engine's own memory is pooled by power-of-two size (POOL_BYTES at most kept): fresh
  * memory costs a page fault per 4 KiB at its first use, more than the copy out of it.
@@ -99,6 +102,8 @@ struct io_req {
 	bool direct;                       /* the first dlen bytes land in the caller's memory */
 	bool waited;                       /* (prefetch) waited for: n is its result */
 	bool write;                        /* a write: always straight from the caller */
+	bool queued;                       /* (prefetch) on e->pf_queue: segments left */
+	struct io_req *pf_next;            /* ... the next one there */
 	char *own;                         /* the engine's memory for this request */
 	size_t own_len;
 	uint64_t off, skip;                /* asked from off; skip: own + skip holds byte off */
@@ -124,6 +129,7 @@ struct io_engine {
 	void *spare[POOL_CLASSES][POOL_KEEP]; /* the engine's memory kept for reuse; e->lock */
 	unsigned nspare[POOL_CLASSES];
 	size_t spare_bytes;
+	struct io_req *pf_queue;  /* prefetches with segments not yet submitted, oldest first */
 	counter_t requests, segments, bytes, errors, timeouts;
 	counter_t writes, wbytes, werrors;
 	struct histogram lat, wlat;
@@ -210,6 +216,8 @@ static void req_free(struct io_engine *e, struct io_req *r)
 	free(r);
 }
 
+static void topup(struct io_engine *e);
+
 static void *reap(void *arg)
 {
 	struct io_engine *e = arg;
@@ -238,8 +246,10 @@ static void *reap(void *arg)
 			if (--r->refs == 0)
 				req_free(e, r); /* abandoned by its requester, which timed out */
 		}
-		if (n > 0)
+		if (n > 0) {
 			pthread_cond_broadcast(&e->cond);
+			topup(e);
+		}
 		if (e->stop && e->inflight == 0) {
 			pthread_mutex_unlock(&e->lock);
 			return NULL;
@@ -456,6 +466,46 @@ static void submit(struct io_engine *e, struct io_req *r, bool wait, bool *late)
 	}
 }
 
+/* Take r off e->pf_queue if it is there. e->lock held. */
+static void unqueue(struct io_engine *e, struct io_req *r)
+{
+	struct io_req **pp = &e->pf_queue;
+
+	if (!r->queued)
+		return;
+	while (*pp != r)
+		pp = &(*pp)->pf_next;
+	*pp = r->pf_next;
+	r->queued = false;
+}
+
+/*
+ * Submit what the depth allows of the prefetches still queued, oldest first, so that the disk
+ * goes on reading ahead of a stream while its reader checks and decodes what it has, not only
+ * when the reader next waits. Called by the completion thread after each batch, and when the
+ * last foreground request is done. e->lock held (submit drops it around io_submit).
+ */
+static void topup(struct io_engine *e)
+{
+	bool late = false;
+
+	while (e->pf_queue) {
+		struct io_req *r = e->pf_queue;
+		unsigned before = r->submitted;
+		bool stalled;
+
+		r->refs++; /* r may be dropped while submit lets go of the lock */
+		submit(e, r, false, &late);
+		if (r->submitted >= r->nseg)
+			unqueue(e, r);
+		stalled = r->queued && r->submitted == before; /* no room left */
+		if (--r->refs == 0)
+			req_free(e, r);
+		if (stalled)
+			break;
+	}
+}
+
 /* Submit every segment of r left and wait for them all. 0 or -ETIMEDOUT. */
 static int run(struct io_engine *e, struct io_req *r)
 {
@@ -471,8 +521,10 @@ static int run(struct io_engine *e, struct io_req *r)
 		shield_caller(r);
 		r->nseg = r->submitted;
 	}
-	if (fg && --e->fg_active == 0)
+	if (fg && --e->fg_active == 0) {
 		pthread_cond_broadcast(&e->cond); /* background requests may go on */
+		topup(e);
+	}
 	pthread_mutex_unlock(&e->lock);
 	return late ? -ETIMEDOUT : 0;
 }
@@ -676,6 +728,14 @@ struct io_req *io_prefetch(struct io_engine *e, int fd, uint64_t off, size_t len
 		return NULL;
 	pthread_mutex_lock(&e->lock);
 	submit(e, r, false, &late);
+	if (r->submitted < r->nseg) {
+		struct io_req **pp = &e->pf_queue;
+
+		while (*pp)
+			pp = &(*pp)->pf_next;
+		*pp = r;
+		r->queued = true;
+	}
 	pthread_mutex_unlock(&e->lock);
 	return r;
 }
@@ -711,9 +771,13 @@ ssize_t io_prefetch_wait(struct io_engine *e, struct io_req *r, size_t want, con
 	ssize_t n;
 
 	*bytes = r->own + r->skip;
-	if (r->waited)
-		return r->n;
 	pthread_mutex_lock(&e->lock);
+	if (r->waited) {
+		/* settled by an earlier wait (readers may share a prefetch) */
+		n = r->n;
+		pthread_mutex_unlock(&e->lock);
+		return n;
+	}
 	r->bg = io_bg; /* the rest goes in the class of who waits for it */
 	if (e->cfg.timeout_ns)
 		r->deadline = mono_ns() + e->cfg.timeout_ns; /* a wait is bounded from its start */
@@ -735,6 +799,7 @@ ssize_t io_prefetch_wait(struct io_engine *e, struct io_req *r, size_t want, con
 		/* settled: the answer for good */
 		if (late)
 			r->nseg = r->submitted;
+		unqueue(e, r);
 		r->n = result(e, r, late ? -ETIMEDOUT : 0);
 		r->waited = true;
 		n = r->n;
@@ -749,8 +814,13 @@ ssize_t io_prefetch_wait(struct io_engine *e, struct io_req *r, size_t want, con
 
 void io_prefetch_drop(struct io_engine *e, struct io_req *r)
 {
-	if (r)
-		put(e, r);
+	if (!r)
+		return;
+	pthread_mutex_lock(&e->lock);
+	unqueue(e, r);
+	if (--r->refs == 0)
+		req_free(e, r);
+	pthread_mutex_unlock(&e->lock);
 }
 
 void io_engine_stats(struct io_engine *e, struct io_stats *out)

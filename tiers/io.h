@@ -56,14 +56,15 @@ struct io_req;
 
 /*
  * Prefetch: start reading [off, off + len) of fd into the engine's memory as a background
- * request (as much as the depth allows now; the rest when waited for, so fd stays open
- * until io_prefetch_drop()). NULL if the engine does not prefetch (psync) or is out of
- * memory: then just read.
+ * request (as much as the depth allows now; the rest as IOs in flight complete, or when it
+ * is waited for, so fd stays open until io_prefetch_drop()). NULL if the engine does not
+ * prefetch (psync) or is out of memory: then just read.
  */
 struct io_req *io_prefetch(struct io_engine *e, int fd, uint64_t off, size_t len);
 /* Wait until the first `want` bytes of a prefetch are in (or all it will read). Bytes read
  * from off so far (at least want, unless the file is shorter), *bytes pointing at them
- * (valid until dropped), or -EIO (then for good). */
+ * (valid until dropped), or -EIO (then for good). Several threads may wait for one prefetch
+ * at once (none after it is dropped). */
 ssize_t io_prefetch_wait(struct io_engine *e, struct io_req *r, size_t want, const char **bytes);
 /* Give a prefetch back, waited for or not (NULL is fine). */
 void io_prefetch_drop(struct io_engine *e, struct io_req *r);

@@ -21,7 +21,7 @@
  * replacement renames a new inode over the name.
  *
  * IO goes through the store's engine (tiers/io.h). With io=aio, read handles are O_DIRECT
- * (a stream of reads from byte 0 keeps one prefetch in flight: stream_read), and a
+ * (a stream of reads from byte 0 is read ahead in windows: stream_read), and a
  * reservation written in order from byte 0 goes to the disk O_DIRECT, its unaligned bytes
  * through a stage (append_direct); anything else about a reservation (a write out of order,
  * a truncate, a read) flushes the stage and goes on through the page cache.
@@ -58,9 +58,17 @@
 #define READ_AHEAD_MIN (256u << 10) /* stored bytes from which reads are read ahead */
 #define READ_AHEAD (4u << 20)        /* how far ahead of a sequential reader */
 #define PREFETCH (2u << 20)          /* O_DIRECT: a window of a stream's prefetch */
+#define NWIN 4                       /* ... and how many windows a stream keeps */
 #define STAGE (1u << 20)             /* O_DIRECT writes: bytes gathered before a write */
 #define NSTAGE 4                     /* ... and how many such writes may be in flight */
 #define VERIFY_CHUNK (4u << 20)
+
+/* Stored bytes [start, start + PREFETCH) of a stream, read ahead by the engine. */
+struct window {
+	struct io_req *r;        /* NULL: could not be started (readers read for themselves) */
+	uint64_t start;
+	unsigned refs;           /* the handle's list, and each reader taking bytes from it */
+};
 
 struct phandle {
 	struct tier_handle base;
@@ -80,10 +88,10 @@ struct phandle {
 	char *cbuf;              /* read: the last chunk checked whole, for partial reads */
 	uint32_t cbuf_chunk;     /* which chunk cbuf holds, UINT32_MAX if none */
 	struct tier_chunk *ctab; /* read: the chunk table in tier form */
-	pthread_mutex_t pf_lock; /* read, direct: protects the three below */
-	struct io_req *pf[2];    /* prefetches of PREFETCH stored bytes from pf_start[i]: the
-				    window being read, the one after it; NULL if none */
-	uint64_t pf_start[2];
+	pthread_mutex_t pf_lock; /* read, direct: protects the four below and windows' refs */
+	struct window *win[NWIN]; /* consecutive windows, the oldest first */
+	unsigned nwin;
+	uint64_t win_next;       /* where the next window starts */
 	bool streaming;          /* byte 0 was read: the block is being read whole */
 	struct block_attr attr;  /* read */
 	uint64_t room;           /* write: payload bytes make_room() has allowed for */
@@ -468,8 +476,10 @@ static void free_handle(struct phandle *h)
 			io_write_wait(posix_of(h->base.tier)->io, h->wreq[i]); /* it reads the stage */
 		free(h->stages[i]);
 	}
-	io_prefetch_drop(posix_of(h->base.tier)->io, h->pf[0]);
-	io_prefetch_drop(posix_of(h->base.tier)->io, h->pf[1]);
+	for (unsigned i = 0; i < h->nwin; i++) {
+		io_prefetch_drop(posix_of(h->base.tier)->io, h->win[i]->r);
+		free(h->win[i]);
+	}
 	if (h->fd >= 0)
 		close(h->fd);
 	if (h->dfd >= 0)
@@ -700,74 +710,112 @@ static void read_ahead(struct phandle *h, uint64_t off, uint64_t end)
 			      POSIX_FADV_WILLNEED);
 }
 
-/* Start the prefetch window i at stored byte at (none past the payload). pf_lock held. */
-static void prefetch(struct phandle *h, int i, uint64_t at)
+/* A reader is done with w. pf_lock held. */
+static void window_put(struct phandle *h, struct window *w)
 {
-	uint64_t w = h->size - at < PREFETCH ? h->size - at : PREFETCH;
-
-	h->pf[i] = at < h->size ? io_prefetch(posix_of(h->base.tier)->io, h->fd,
-					      h->payload + at, (size_t)w)
-				: NULL;
-	h->pf_start[i] = at;
+	if (--w->refs == 0) {
+		io_prefetch_drop(posix_of(h->base.tier)->io, w->r);
+		free(w);
+	}
 }
 
-/* Window 0 is done with: window 1 takes its place. pf_lock held. */
-static void prefetch_shift(struct phandle *h)
+/*
+ * Move a stream's windows along with a read at stored byte so: drop the windows two or more
+ * behind it (the threads loading a block take its chunks nearly, not strictly, in order: a
+ * read may come a few chunks late), and start new ones until NWIN are kept. pf_lock held.
+ */
+static void windows_follow(struct phandle *h, uint64_t so)
 {
-	io_prefetch_drop(posix_of(h->base.tier)->io, h->pf[0]);
-	h->pf[0] = h->pf[1];
-	h->pf_start[0] = h->pf_start[1];
-	h->pf[1] = NULL;
+	while (h->nwin && so >= h->win[0]->start + 2 * (uint64_t)PREFETCH) {
+		window_put(h, h->win[0]);
+		memmove(&h->win[0], &h->win[1], --h->nwin * sizeof(h->win[0]));
+	}
+	if (h->nwin == 0 && h->win_next < so)
+		h->win_next = so & ~(uint64_t)(IO_ALIGN - 1); /* the reads jumped ahead */
+	while (h->nwin < NWIN && h->win_next < h->size) {
+		struct window *w = malloc(sizeof(*w));
+		uint64_t len = h->size - h->win_next < PREFETCH ? h->size - h->win_next : PREFETCH;
+
+		if (!w)
+			break;
+		w->r = io_prefetch(posix_of(h->base.tier)->io, h->fd, h->payload + h->win_next,
+				   (size_t)len);
+		w->start = h->win_next;
+		w->refs = 1;
+		h->win[h->nwin++] = w;
+		h->win_next += PREFETCH;
+	}
 }
 
 /*
  * Read stored bytes [so, so + len) of a chunked block. With O_DIRECT there is no kernel
- * readahead, so the handle does its own: once byte 0 was read (a block being loaded whole,
- * by its reader and the pipeline's worker together, in no strict order), the bytes ahead are
- * read in windows of PREFETCH bytes, two at a time. A read that falls in the first window
- * takes its bytes from there and starts the second one if need be, so that the disk reads it
- * while the caller checks and decodes these; windows the reads have gone past are dropped;
- * a read before the first window reads for itself. Bytes read or -errno.
+ * readahead, so the handle does its own. Once a read from byte 0 leaves more to read (a
+ * block being loaded whole, by its reader and the pipeline's threads together, in nearly the
+ * order of its chunks), the bytes after it are read ahead in consecutive windows of PREFETCH
+ * bytes, NWIN of them from the one before the latest read on, which the engine keeps filling
+ * (tiers/io.c) while the callers check and decode what they took. A read takes its bytes from
+ * the windows that hold them (two, if it straddles), waiting only up to its own last byte
+ * and without the handle's lock; what no window holds (that first read, one behind the
+ * windows, a window that could not start) it reads for itself. Bytes read or -errno.
  */
 static ssize_t stream_read(struct phandle *h, char *dst, size_t len, uint64_t so)
 {
+	struct io_engine *io = posix_of(h->base.tier)->io;
+	struct window *use[3];
+	unsigned nuse = 0, i;
+	uint64_t end = so + len;
 	size_t got = 0;
-	ssize_t n = 0;
+	ssize_t n;
 
 	if (!h->direct)
 		return hread(h, dst, len, h->payload + so);
 	pthread_mutex_lock(&h->pf_lock);
-	while (h->pf[0] && so >= h->pf_start[0] + PREFETCH)
-		prefetch_shift(h);
-	if (h->pf[0] && so >= h->pf_start[0]) {
-		const char *b;
+	if (so == 0 && len < h->size && !h->streaming) {
+		h->streaming = true;
+		h->win_next = len & ~(size_t)(IO_ALIGN - 1);
+	}
+	if (h->streaming)
+		windows_follow(h, so);
+	for (i = 0; i < h->nwin && nuse < 3; i++) {
+		struct window *w = h->win[i];
 
-		if (!h->pf[1])
-			prefetch(h, 1, h->pf_start[0] + PREFETCH);
-		n = io_prefetch_wait(posix_of(h->base.tier)->io, h->pf[0],
-				     (size_t)(so - h->pf_start[0]) + len, &b);
-		if (n > 0 && h->pf_start[0] + (uint64_t)n > so) {
-			uint64_t have = h->pf_start[0] + (uint64_t)n - so;
-
-			got = have < len ? (size_t)have : len;
-			memcpy(dst, b + (so - h->pf_start[0]), got);
-		}
-		if (n < 0 || (n == 0 && got == 0) || so + got >= h->pf_start[0] + PREFETCH)
-			prefetch_shift(h); /* failed (the read below says why), or used up */
+		if (nuse == 0 && (so < w->start || so >= w->start + PREFETCH))
+			continue;
+		if (!w->r)
+			break;
+		w->refs++;
+		use[nuse++] = w;
+		if (end <= w->start + PREFETCH)
+			break;
 	}
 	pthread_mutex_unlock(&h->pf_lock);
+	for (i = 0; i < nuse; i++) {
+		struct window *w = use[i];
+		uint64_t at = so + got, wend = w->start + PREFETCH < end ? w->start + PREFETCH : end;
+		const char *b;
+
+		if (at < w->start || at >= w->start + PREFETCH)
+			break; /* the window before came short */
+		n = io_prefetch_wait(io, w->r, (size_t)(wend - w->start), &b);
+		if (n <= (ssize_t)(at - w->start))
+			break;
+		if ((uint64_t)n > wend - w->start)
+			n = (ssize_t)(wend - w->start);
+		memcpy(dst + got, b + (at - w->start), (size_t)(w->start + (uint64_t)n - at));
+		got += (size_t)(w->start + (uint64_t)n - at);
+	}
+	if (nuse) {
+		pthread_mutex_lock(&h->pf_lock);
+		for (i = 0; i < nuse; i++)
+			window_put(h, use[i]);
+		pthread_mutex_unlock(&h->pf_lock);
+	}
 	if (got < len) {
 		n = hread(h, dst + got, len - got, h->payload + so + got);
 		if (n < 0)
 			return n;
 		got += (size_t)n;
 	}
-	pthread_mutex_lock(&h->pf_lock);
-	if (so == 0)
-		h->streaming = true;
-	if (h->streaming && !h->pf[0] && got == len)
-		prefetch(h, 0, so + got);
-	pthread_mutex_unlock(&h->pf_lock);
 	return (ssize_t)got;
 }
 

@@ -13,6 +13,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -133,7 +134,8 @@ struct zfix {
 	uint32_t chunk_size;
 };
 
-static void zfix_open(struct zfix *z, const struct codec_cfg *c, uint32_t chunk_size)
+static void zfix_open_io(struct zfix *z, const struct codec_cfg *c, uint32_t chunk_size,
+			bool aio)
 {
 	struct compress_config cfg = { .zstd = c->zstd, .level = 1, .shuffle = c->shuffle,
 				       .chunk_size = chunk_size };
@@ -141,9 +143,14 @@ static void zfix_open(struct zfix *z, const struct codec_cfg *c, uint32_t chunk_
 
 	ut_mkdtemp(base, sizeof(base));
 	snprintf(z->dir, sizeof(z->dir), "%s/store", base);
-	z->posix = tu_posix(z->dir, LAYOUT_NATIVE);
+	z->posix = tu_posix_io(z->dir, LAYOUT_NATIVE, aio);
 	ck_assert_int_eq(compress_create(&cfg, z->posix, &z->t), 0);
 	z->chunk_size = chunk_size;
+}
+
+static void zfix_open(struct zfix *z, const struct codec_cfg *c, uint32_t chunk_size)
+{
+	zfix_open_io(z, c, chunk_size, false);
 }
 
 static void zfix_close(struct zfix *z)
@@ -1015,6 +1022,88 @@ START_TEST(test_compress_parallel_reads_one_handle)
 }
 END_TEST
 
+struct loader_arg {
+	struct tier_handle *h;
+	const uint8_t *data;
+	uint64_t size;
+	atomic_uint *next; /* the next chunk no thread has taken */
+	uint64_t seed;
+	int bad;
+};
+
+/* As the pipeline's threads load a block: take the next chunk not yet taken and read it whole;
+ * now and then also one far behind, or a range across two chunks. */
+static void *loader(void *p)
+{
+	struct loader_arg *a = p;
+	uint64_t rng = a->seed, nchunks = (a->size + CS - 1) / CS;
+	uint8_t *buf = malloc(2 * CS);
+	unsigned i;
+
+	while (buf && (i = atomic_fetch_add(a->next, 1)) < nchunks) {
+		uint64_t offs[3] = { (uint64_t)i * CS, UINT64_MAX, UINT64_MAX };
+		unsigned r = (unsigned)ut_rand(&rng) % 16;
+
+		if (r == 0 && i >= 100)
+			offs[1] = (uint64_t)(i - 100) * CS; /* behind every read-ahead window */
+		else if (r == 1)
+			offs[2] = (uint64_t)i * CS + CS / 2; /* half of this chunk, half the next */
+		for (int k = 0; k < 3; k++) {
+			uint64_t off = offs[k], len = CS, want;
+			ssize_t n;
+
+			if (off >= a->size)
+				continue;
+			want = len < a->size - off ? len : a->size - off;
+			n = tier_read(a->h, buf, len, off);
+			if (n != (ssize_t)want || memcmp(buf, a->data + off, (size_t)want))
+				a->bad++;
+		}
+	}
+	if (!buf)
+		a->bad++;
+	free(buf);
+	return NULL;
+}
+
+/* A block read whole O_DIRECT (io=aio) the way a load reads it: from chunk 0, by three threads
+ * in nearly the order of its chunks. The disk tier reads ahead of them in windows (chunks
+ * straddle their edges, some reads come from behind them); every byte is the block's. */
+START_TEST(test_compress_streamed_aio_reads)
+{
+	enum { THREADS = 3 };
+	const struct codec_cfg *c = &codecs[_i];
+	struct zfix z;
+	uint64_t rng = 21, size = 200 * CS + 4321;
+	struct blockid id = ut_id(1700);
+	uint8_t *data = make_data(D_KV, size, 65);
+	struct loader_arg arg[THREADS];
+	pthread_t th[THREADS];
+	struct tier_handle *h;
+
+	zfix_open_io(&z, c, CS, true);
+	ck_assert_int_eq(put_seq(z.t, &id, data, size, &rng, CS), 0);
+	for (int pass = 0; pass < 2; pass++) {
+		atomic_uint next = 0;
+
+		ck_assert_int_eq(z.t->ops->open(z.t, &id, 0, &h), 0);
+		for (int i = 0; i < THREADS; i++) {
+			arg[i] = (struct loader_arg){ .h = h, .data = data, .size = size,
+						      .next = &next, .seed = 10 * (uint64_t)pass + (uint64_t)i };
+			ck_assert_int_eq(pthread_create(&th[i], NULL, loader, &arg[i]), 0);
+		}
+		for (int i = 0; i < THREADS; i++) {
+			pthread_join(th[i], NULL);
+			ck_assert_msg(arg[i].bad == 0, "%s: loader %d: %d bad reads", c->name, i,
+				      arg[i].bad);
+		}
+		tier_close(h);
+	}
+	zfix_close(&z);
+	free(data);
+}
+END_TEST
+
 Suite *compress_suite(void)
 {
 	Suite *s = suite_create("compress");
@@ -1036,6 +1125,7 @@ Suite *compress_suite(void)
 	tcase_add_loop_test(errors, test_compress_damage_counted_once, 0, NCODECS);
 	tcase_add_loop_test(errors, test_compress_wrong_chunk_table, 0, NCODECS * NDAMAGE);
 	tcase_add_loop_test(conc, test_compress_parallel_reads_one_handle, 0, NCODECS);
+	tcase_add_loop_test(conc, test_compress_streamed_aio_reads, 0, NCODECS);
 	suite_add_tcase(s, core);
 	suite_add_tcase(s, errors);
 	suite_add_tcase(s, conc);
