@@ -66,6 +66,7 @@ struct pipeline {
 	                              * again every PARK_RETRY_NS, after any dump that works, and
 	                              * once more at drain; protected by qlock */
 	int64_t park_retry;          /* when the sweeper tries them again; protected by qlock */
+	struct dump_claim *dumping;  /* ids being written below now (dump()); qlock */
 	bool final;                  /* draining for exit: a failed dump is not parked; qlock */
 	bool stuck;                  /* told the cache that dumps are parked; qlock */
 	bool stop;                   /* protected by qlock */
@@ -106,8 +107,9 @@ void jobs_drain(struct pipeline *p);
 /* Jobs queued or running; *loads (if set): how many of them are loads. */
 unsigned jobs_pending(struct pipeline *p, unsigned *loads);
 
-/* Write the cache's version `version` of id below and mark it clean; consumes rd.
- * 0 (also when it was replaced or removed meanwhile) or the tier's error. */
+/* Write the cache's version `version` of id below and mark it clean; consumes rd. One dump
+ * of an id runs at a time. 0 (also when it was replaced or removed meanwhile, or written by
+ * the dump it waited for) or the tier's error. */
 int dump(struct pipeline *p, struct tier_handle *rd, const struct blockid *id, uint64_t version,
 	 unsigned flags);
 /* Queue that (or do it now if there are no workers). */

@@ -462,6 +462,49 @@ void jobs_stop(struct pipeline *p)
 
 /* --- dumps ------------------------------------------------------------------------------- */
 
+/* A dump in progress: no other dump of the same id runs meanwhile. */
+struct dump_claim {
+	struct blockid id;
+	struct dump_claim *next;
+};
+
+/* Wait until no dump of id runs, then claim it for the caller. */
+static void dump_claim(struct pipeline *p, const struct blockid *id, struct dump_claim *c)
+{
+	pthread_mutex_lock(&p->qlock);
+	for (struct dump_claim *o = p->dumping; o;) {
+		if (!blockid_eq(&o->id, id)) {
+			o = o->next;
+			continue;
+		}
+		pthread_cond_wait(&p->qidle, &p->qlock);
+		o = p->dumping; /* look again from the start */
+	}
+	c->id = *id;
+	c->next = p->dumping;
+	p->dumping = c;
+	pthread_mutex_unlock(&p->qlock);
+}
+
+static void dump_unclaim(struct pipeline *p, struct dump_claim *c)
+{
+	struct dump_claim **pp;
+
+	pthread_mutex_lock(&p->qlock);
+	for (pp = &p->dumping; *pp != c; pp = &(*pp)->next)
+		;
+	*pp = c->next;
+	pthread_cond_broadcast(&p->qidle);
+	pthread_mutex_unlock(&p->qlock);
+}
+
+/*
+ * Write version `version` of id (rd: the cache's reference to it, closed here) below and
+ * publish it there, unless it is no longer worth it: a dump is single-flight per id, and one
+ * that waited for another (a worker's queued dump and an fsync's of the same block) finds the
+ * version clean, or replaced, and writes nothing. 0 (also when it had nothing to do), or
+ * -errno.
+ */
 int dump(struct pipeline *p, struct tier_handle *rd, const struct blockid *id, uint64_t version,
 	 unsigned flags)
 {
@@ -470,9 +513,16 @@ int dump(struct pipeline *p, struct tier_handle *rd, const struct blockid *id, u
 	struct block_meta m;
 	pthread_mutex_t *st = stripe_of(p, id);
 	const char *data = tier_data(rd);
+	struct dump_claim claim;
 	int64_t t0 = mono_ns();
 	int rc;
 
+	dump_claim(p, id, &claim);
+	if (p->cache->ops->lookup(p->cache, id, &cur) || cur.version != version || !cur.dirty) {
+		dump_unclaim(p, &claim);
+		tier_close(rd);
+		return 0; /* written by the dump this one waited for, or replaced, or removed */
+	}
 	p->cache->ops->stat(rd, &a);
 	m.size = a.size;
 	m.mtime = a.mtime;
@@ -511,6 +561,7 @@ int dump(struct pipeline *p, struct tier_handle *rd, const struct blockid *id, u
 		}
 		pthread_mutex_unlock(st);
 	}
+	dump_unclaim(p, &claim);
 	tier_close(rd);
 	if (rc == 0) {
 		atomic_fetch_add(&p->dumps, 1);

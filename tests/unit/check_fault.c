@@ -1494,6 +1494,34 @@ START_TEST(test_fault_disk_open_joins_stale_load)
 }
 END_TEST
 
+/*
+ * An fsync of a block whose dump a worker is writing waits for that dump instead of writing
+ * the block a second time beside it (it used to: twice the compression and the disk writes
+ * for a block fsynced while its dump ran).
+ */
+START_TEST(test_fault_disk_sync_waits_for_dump)
+{
+	struct two w;
+	struct blockid id = ut_id(75);
+	struct fault_stats st;
+
+	two_open(&w, true, true);
+	fault_arm(w.below, &(struct fault_plan){ .action = FAULT_DELAY,
+						 .ops = FAULT_BIT(FOP_WRITE), .nth = 1,
+						 .times = UINT32_MAX, .delay_ns = 300000000 });
+	ck_assert_int_eq(two_put(w.t, &id, 1, 900 * KB, 900 * KB), 0); /* its dump is queued */
+	ut_sleep_ms(50); /* a worker is writing it */
+	ck_assert_int_eq(w.t->ops->sync(w.t, &id), 0);
+	tu_settle(w.t);
+	fault_disarm(w.below);
+	fault_get_stats(w.below, &st);
+	ck_assert_msg(st.seen[FOP_COMMIT] == 1, "the block was written below %llu times",
+		      (unsigned long long)st.seen[FOP_COMMIT]);
+	tu_expect(w.t, &id, 1, 900 * KB);
+	two_close(&w, true);
+}
+END_TEST
+
 /* One read answered later by map_start(). */
 struct later {
 	pthread_mutex_t *lock;
@@ -1794,7 +1822,8 @@ Suite *fault_disk_suite(void)
 {
 	const TTest *errors[] = { test_fault_disk_open_joins_stale_load,
 				  test_fault_disk_reads_answered_later,
-				  test_fault_disk_callback_closes_block, NULL };
+				  test_fault_disk_callback_closes_block,
+				  test_fault_disk_sync_waits_for_dump, NULL };
 
 	return loop_suite("fault_disk", test_fault_disk_every_call,
 			  test_fault_disk_every_call_threads, test_fault_disk_random, errors);
