@@ -957,13 +957,47 @@ END_TEST
 
 /* --- concurrency ------------------------------------------------------------------------ */
 
+/* One of the threads reading one handle at once. */
 struct reader_arg {
 	struct tier_handle *h;
 	const uint8_t *data;
 	uint64_t size;
+	atomic_uint *next; /* loader(): the next chunk no thread has taken */
 	uint64_t seed;
 	int bad; /* reads that failed or returned wrong bytes */
 };
+
+/* Read [off, off + len) through a->h into buf and count it bad unless it is the block's. */
+static void check_range(struct reader_arg *a, uint8_t *buf, uint64_t off, uint64_t len)
+{
+	uint64_t want = off >= a->size ? 0 : (len < a->size - off ? len : a->size - off);
+	ssize_t n = tier_read(a->h, buf, len, off);
+
+	if (n != (ssize_t)want || memcmp(buf, a->data + off, (size_t)want))
+		a->bad++;
+}
+
+/* Start `threads` threads of fn over h, each with its own seed, join them and check that
+ * none read a wrong byte. */
+static void read_in_threads(const char *name, void *(*fn)(void *), int threads,
+			    struct tier_handle *h, const uint8_t *data, uint64_t size,
+			    atomic_uint *next, uint64_t seed)
+{
+	struct reader_arg arg[8];
+	pthread_t th[8];
+
+	ck_assert_int_le(threads, 8);
+	for (int i = 0; i < threads; i++) {
+		arg[i] = (struct reader_arg){ .h = h, .data = data, .size = size, .next = next,
+					      .seed = seed + (uint64_t)i };
+		ck_assert_int_eq(pthread_create(&th[i], NULL, fn, &arg[i]), 0);
+	}
+	for (int i = 0; i < threads; i++) {
+		pthread_join(th[i], NULL);
+		ck_assert_msg(arg[i].bad == 0, "%s: thread %d: %d bad reads", name, i,
+			      arg[i].bad);
+	}
+}
 
 static void *reader(void *p)
 {
@@ -972,16 +1006,10 @@ static void *reader(void *p)
 	uint8_t *buf = malloc(3 * CS + 1);
 
 	for (int i = 0; buf && i < 300; i++) {
-		uint64_t off, len, want;
-		ssize_t n;
+		uint64_t off, len;
 
 		random_range(&rng, a->size, CS, &off, &len);
-		if (len > 3 * CS)
-			len = 3 * CS;
-		want = off >= a->size ? 0 : (len < a->size - off ? len : a->size - off);
-		n = tier_read(a->h, buf, len, off);
-		if (n != (ssize_t)want || memcmp(buf, a->data + off, (size_t)want))
-			a->bad++;
+		check_range(a, buf, off, len > 3 * CS ? 3 * CS : len);
 	}
 	if (!buf)
 		a->bad++;
@@ -999,43 +1027,23 @@ START_TEST(test_compress_parallel_reads_one_handle)
 	uint64_t rng = 15, size = 9 * CS + 333;
 	struct blockid id = ut_id(1600);
 	uint8_t *data = make_data(D_KV, size, 64);
-	struct reader_arg arg[THREADS];
-	pthread_t th[THREADS];
 	struct tier_handle *h;
 
 	zfix_open(&z, c, CS);
 	ck_assert_int_eq(put_seq(z.t, &id, data, size, &rng, CS), 0);
 	ck_assert_int_eq(z.t->ops->open(z.t, &id, 0, &h), 0);
-	for (int i = 0; i < THREADS; i++) {
-		arg[i] = (struct reader_arg){ .h = h, .data = data, .size = size,
-					      .seed = 100 + (uint64_t)i };
-		ck_assert_int_eq(pthread_create(&th[i], NULL, reader, &arg[i]), 0);
-	}
-	for (int i = 0; i < THREADS; i++) {
-		pthread_join(th[i], NULL);
-		ck_assert_msg(arg[i].bad == 0, "%s: reader %d: %d bad reads", c->name, i,
-			      arg[i].bad);
-	}
+	read_in_threads(c->name, reader, THREADS, h, data, size, NULL, 100);
 	tier_close(h);
 	zfix_close(&z);
 	free(data);
 }
 END_TEST
 
-struct loader_arg {
-	struct tier_handle *h;
-	const uint8_t *data;
-	uint64_t size;
-	atomic_uint *next; /* the next chunk no thread has taken */
-	uint64_t seed;
-	int bad;
-};
-
 /* As the pipeline's threads load a block: take the next chunk not yet taken and read it whole;
  * now and then also one far behind, or a range across two chunks. */
 static void *loader(void *p)
 {
-	struct loader_arg *a = p;
+	struct reader_arg *a = p;
 	uint64_t rng = a->seed, nchunks = (a->size + CS - 1) / CS;
 	uint8_t *buf = malloc(2 * CS);
 	unsigned i;
@@ -1048,17 +1056,9 @@ static void *loader(void *p)
 			offs[1] = (uint64_t)(i - 100) * CS; /* behind every read-ahead window */
 		else if (r == 1)
 			offs[2] = (uint64_t)i * CS + CS / 2; /* half of this chunk, half the next */
-		for (int k = 0; k < 3; k++) {
-			uint64_t off = offs[k], len = CS, want;
-			ssize_t n;
-
-			if (off >= a->size)
-				continue;
-			want = len < a->size - off ? len : a->size - off;
-			n = tier_read(a->h, buf, len, off);
-			if (n != (ssize_t)want || memcmp(buf, a->data + off, (size_t)want))
-				a->bad++;
-		}
+		for (int k = 0; k < 3; k++)
+			if (offs[k] < a->size)
+				check_range(a, buf, offs[k], CS);
 	}
 	if (!buf)
 		a->bad++;
@@ -1077,8 +1077,6 @@ START_TEST(test_compress_streamed_aio_reads)
 	uint64_t rng = 21, size = 200 * CS + 4321;
 	struct blockid id = ut_id(1700);
 	uint8_t *data = make_data(D_KV, size, 65);
-	struct loader_arg arg[THREADS];
-	pthread_t th[THREADS];
 	struct tier_handle *h;
 
 	zfix_open_io(&z, c, CS, true);
@@ -1087,16 +1085,8 @@ START_TEST(test_compress_streamed_aio_reads)
 		atomic_uint next = 0;
 
 		ck_assert_int_eq(z.t->ops->open(z.t, &id, 0, &h), 0);
-		for (int i = 0; i < THREADS; i++) {
-			arg[i] = (struct loader_arg){ .h = h, .data = data, .size = size,
-						      .next = &next, .seed = 10 * (uint64_t)pass + (uint64_t)i };
-			ck_assert_int_eq(pthread_create(&th[i], NULL, loader, &arg[i]), 0);
-		}
-		for (int i = 0; i < THREADS; i++) {
-			pthread_join(th[i], NULL);
-			ck_assert_msg(arg[i].bad == 0, "%s: loader %d: %d bad reads", c->name, i,
-				      arg[i].bad);
-		}
+		read_in_threads(c->name, loader, THREADS, h, data, size, &next,
+				10 * (uint64_t)pass);
 		tier_close(h);
 	}
 	zfix_close(&z);
