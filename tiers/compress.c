@@ -296,12 +296,15 @@ static int c_reserve(struct tier *t, const struct blockid *id, unsigned flags, u
 	w->base.tier = t;
 	w->writer = true;
 	w->all_raw = true;
-	rc = c->below->ops->reserve(c->below, id, flags & ~TIER_RESERVE_SEQ, size_hint, &w->lh);
+	w->seq = (flags & TIER_RESERVE_SEQ) != 0;
+	/* encoded as it arrives: what goes below is at most the raw size, often much less */
+	flags &= ~TIER_RESERVE_SEQ;
+	rc = c->below->ops->reserve(c->below, id, w->seq ? flags | TIER_RESERVE_SHRINK : flags,
+				    size_hint, &w->lh);
 	if (rc) {
 		free(w);
 		return rc;
 	}
-	w->seq = (flags & TIER_RESERVE_SEQ) != 0;
 	w->chunk_size = chunk_size_for(c, size_hint);
 	*out = &w->base;
 	return 0;

@@ -96,6 +96,7 @@ struct phandle {
 	struct block_attr attr;  /* read */
 	uint64_t room;           /* write: payload bytes make_room() has allowed for */
 	uint64_t promised;       /* write: all the room promised (header too), given back at end */
+	uint64_t bound;          /* write, TIER_RESERVE_SHRINK: payload bytes it stays within */
 	int dfd;                 /* write, aio: the temp file O_DIRECT, or -1 */
 	char *stages[NSTAGE];    /* write, aio: STAGE bytes each, written in turn */
 	struct io_req *wreq[NSTAGE]; /* the write in flight from each stage, or NULL */
@@ -284,16 +285,20 @@ static int take_expired(struct posix *p, int64_t now, struct blockid *ids, int m
  * expired ones first. 0, or -ENOSPC if even that cannot free enough (nothing is removed then
  * beyond what was already expired).
  *
+ * `worst` (>= need) is what the caller may yet ask for in all, counting `need`: a writer whose
+ * bytes come in steps (a compressed block) evicts for a step only if its whole bound could be
+ * made room for, so a block that can never fit fails before it empties the store.
+ *
  * No decision is taken while files that left the index are still being unlinked: their bytes
  * are out of phys_used but still on disk, and a writer granted them now would push the store
  * past its capacity for as long as the unlink takes.
  */
-static int make_room(struct posix *p, uint64_t need)
+static int make_room(struct posix *p, uint64_t need, uint64_t worst)
 {
 	struct blockid victims[64];
 	struct pentry *cand[64];
 	int64_t now = mono_ns();
-	uint64_t cap, want, freed = 0, more = 0;
+	uint64_t cap, want, want_worst, freed = 0, more = 0, spare = 0;
 	int nv = 0, nc = 0, rc = 0;
 
 	pthread_mutex_lock(&p->lock);
@@ -307,17 +312,25 @@ static int make_room(struct posix *p, uint64_t need)
 		return 0;
 	}
 	want = p->phys_used + p->pending + need - cap;
+	want_worst = want + (worst > need ? worst - need : 0);
 	/* expired blocks go first, whatever happens next: they are invisible anyway */
 	nv = take_expired(p, now, victims, 32, &freed, want);
-	/* then the coldest ones nobody reads, but only if that frees enough */
-	for (struct pentry *e = p->lru.next; e != &p->lru && freed + more < want && nc < 64;
+	/* then the coldest ones nobody reads, but only if that frees enough; `spare` counts
+	 * the blocks beyond them that could go for the rest of `worst` */
+	for (struct pentry *e = p->lru.next; e != &p->lru && freed + more + spare < want_worst;
 	     e = e->next) {
 		if (e->opens)
 			continue;
-		cand[nc++] = e;
-		more += e->phys;
+		if (freed + more >= want) {
+			spare += e->phys;
+		} else if (nc < 64) {
+			cand[nc++] = e;
+			more += e->phys;
+		} else {
+			break;
+		}
 	}
-	if (freed + more < want) {
+	if (freed + more < want || freed + more + spare < want_worst) {
 		rc = -ENOSPC;
 	} else {
 		for (int i = 0; i < nc && nv < 64; i++) {
@@ -1022,26 +1035,52 @@ static int open_temp(struct posix *p, struct phandle *h)
 	return create_temp(h, dir);
 }
 
+/* Give the temp file of a direct writer the blocks of payload [off, off + len) ahead of its
+ * writes: a direct write past the end of a file waits for its size to change (ext4 does it
+ * before io_submit returns). Commit cuts the file to the bytes written. */
+static void allocate(struct phandle *h, uint64_t off, uint64_t len)
+{
+	if (fallocate(h->fd, 0, (off_t)(h->payload + off), (off_t)len) && errno != EOPNOTSUPP)
+		log_debug("fallocate of %s: %s", h->tmp, strerror(errno));
+}
+
+/* Room is given to a reservation whose bytes are fewer than its bound (TIER_RESERVE_SHRINK)
+ * in steps of an eighth of the bound, at least this much. */
+#define ROOM_STEP_MIN (64u << 10)
+
+static uint64_t room_step(uint64_t bound)
+{
+	uint64_t step = buf_round(bound / 8);
+
+	return step < ROOM_STEP_MIN ? ROOM_STEP_MIN : step;
+}
+
 static int posix_reserve(struct tier *t, const struct blockid *id, unsigned flags,
 			 uint64_t size_hint, struct tier_handle **out)
 {
 	struct posix *p = posix_of(t);
+	uint64_t room = buf_round(size_hint), bound = 0;
 	struct phandle *h;
 	int rc;
 
 	if ((flags & TIER_RESERVE_EXCL) && posix_lookup(t, id, NULL) == 0)
 		return -EEXIST;
-	rc = make_room(p, payload_off(p) + buf_round(size_hint));
+	if ((flags & TIER_RESERVE_SHRINK) && size_hint) {
+		bound = room;
+		room = bound < room_step(bound) ? bound : room_step(bound);
+	}
+	rc = make_room(p, payload_off(p) + room, payload_off(p) + (bound ? bound : room));
 	if (rc)
 		return rc;
 	h = new_handle(p, id);
 	if (!h) {
-		release_room(p, payload_off(p) + buf_round(size_hint));
+		release_room(p, payload_off(p) + room);
 		return -ENOMEM;
 	}
 	h->writing = true;
 	h->verified = true;
-	h->room = buf_round(size_hint);
+	h->room = room;
+	h->bound = bound;
 	h->promised = payload_off(p) + h->room;
 	h->xx = XXH3_createState();
 	if (!h->xx) {
@@ -1062,13 +1101,8 @@ static int posix_reserve(struct tier *t, const struct blockid *id, unsigned flag
 			mem = mem && posix_memalign((void **)&h->stages[i], IO_ALIGN, STAGE) == 0;
 		if (mem)
 			h->dfd = open(h->tmp, O_WRONLY | O_DIRECT | O_CLOEXEC);
-		/* a direct write past the end of a file waits for its size to change (ext4
-		 * does it before io_submit returns): give the file its expected size first
-		 * (commit cuts it to the bytes written) */
-		if (h->dfd >= 0 && size_hint &&
-		    fallocate(h->fd, 0, 0, (off_t)(h->payload + buf_round(size_hint))) &&
-		    errno != EOPNOTSUPP)
-			log_debug("fallocate of %s: %s", h->tmp, strerror(errno));
+		if (h->dfd >= 0 && room)
+			allocate(h, 0, room);
 	}
 	*out = &h->base;
 	return 0;
@@ -1086,7 +1120,7 @@ static ssize_t write_direct(struct phandle *h, const char *buf, size_t len, uint
 	struct posix *p = posix_of(h->base.tier);
 	ssize_t n = io_pwrite(p->io, h->dfd, buf, len, h->payload + off);
 
-	if ((n == -ENOSPC || n == -EDQUOT) && make_room(p, len + (1u << 20)) == 0) {
+	if ((n == -ENOSPC || n == -EDQUOT) && make_room(p, len + (1u << 20), len + (1u << 20)) == 0) {
 		h->promised += len + (1u << 20);
 		n = io_pwrite(p->io, h->dfd, buf, len, h->payload + off);
 	}
@@ -1207,12 +1241,23 @@ static ssize_t posix_write(struct tier_handle *th, const void *buf, size_t len, 
 	ssize_t n;
 
 	if (off + len > h->room) {
-		/* growing past what the reservation asked for: stay within the capacity */
-		uint64_t room = buf_round(off + len);
-		int rc = make_room(posix_of(th->tier), room - h->room);
+		/* growing past the room given so far: stay within the capacity, a step at a time
+		 * for a block that is bounded (and only while its bound could fit) */
+		uint64_t room = buf_round(off + len), worst = room;
+		int rc;
 
+		if (h->bound && room < h->bound) {
+			if (room < h->room + room_step(h->bound))
+				room = h->room + room_step(h->bound);
+			if (room > h->bound)
+				room = h->bound;
+			worst = h->bound;
+		}
+		rc = make_room(posix_of(th->tier), room - h->room, worst - h->room);
 		if (rc)
 			return rc;
+		if (h->dfd >= 0 && h->bound)
+			allocate(h, h->room, room - h->room);
 		h->promised += room - h->room;
 		h->room = room;
 	}
@@ -1223,7 +1268,8 @@ static ssize_t posix_write(struct tier_handle *th, const void *buf, size_t len, 
 		if (n == 0)
 			n = io_pwrite_full(h->fd, buf, len, h->payload + off);
 		if ((n == -ENOSPC || n == -EDQUOT) &&
-		    make_room(posix_of(th->tier), buf_round(len) + (1u << 20)) == 0) {
+		    make_room(posix_of(th->tier), buf_round(len) + (1u << 20),
+			      buf_round(len) + (1u << 20)) == 0) {
 			/* the filesystem filled up (others write to it too): free a little, once */
 			h->promised += buf_round(len) + (1u << 20);
 			n = io_pwrite_full(h->fd, buf, len, h->payload + off);

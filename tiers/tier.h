@@ -96,6 +96,9 @@ struct block_meta {
 				  compressing tier may encode it as it arrives */
 #define TIER_RESERVE_OVERWRITE 16u /* (cache) every byte is written before any is read or
 				      committed: a reused buffer need not be cleared */
+#define TIER_RESERVE_SHRINK 32u /* (disk) size_hint bounds the bytes to come, which may be
+				   far fewer (encoded): room is made as they come, and blocks
+				   are evicted for it only while the whole bound could fit */
 
 /* commit() flags */
 #define TIER_COMMIT_DIRTY 1u   /* (cache) bytes are not yet safe below: never evict them */

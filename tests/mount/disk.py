@@ -515,6 +515,38 @@ def test_disk_size_concurrent_writers():
     check_du_bound('disk_size=16M,mem_size=1M', 4)
 
 
+@case(timeout=120)
+def test_disk_size_counts_stored_bytes():
+    """disk_size holds stored (compressed) bytes: with disk_size=24M, four 8 MiB KV blocks
+    (under 6 MiB each on disk) all stay, although the fourth's raw size is more than the room
+    the first three leave; each is on disk (fsync) before the next is written. The blocks are
+    there and whole after a remount, and du of STORE stays under disk_size."""
+    with Mount('disk_size=24M,mem_size=64M') as m:
+        blocks = {}
+        for i in range(4):
+            bid = rand_id()
+            data = kv_bytes(8 * MiB, 800 + i)
+            fd = os.open(m.path(bid), os.O_WRONLY | os.O_CREAT, 0o644)
+            try:
+                os.write(fd, data)
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            blocks[bid] = data
+            if i == 2:
+                left = 24 * MiB - du(m.store)
+                check(left < 8 * MiB, 'the first three blocks left %.2f MiB, room for a raw '
+                      'one' % (left / MiB))
+        m.remount()
+        listed = m.blocks()
+        for bid in blocks:
+            check(bid in listed, 'a KV block of 8 MiB is gone, du of STORE %.2f MiB' % (
+                du(m.store) / MiB))
+        verify(m, blocks, 'after remount')
+        check(du(m.store) <= 24 * MiB, 'du of STORE is %.2f MiB with disk_size=24M' % (
+            du(m.store) / MiB))
+
+
 # --- striping, durability, recovery -------------------------------------------------------
 
 @case(timeout=90)
@@ -726,6 +758,6 @@ if __name__ == '__main__':
     run([test_corrupt_payload, test_corrupt_header, test_truncated_block_file,
          test_full_filesystem_evicts, test_full_disk_of_pins_enospc,
          test_failed_write_publishes_nothing, test_disk_size_bounds_du,
-         test_disk_size_concurrent_writers,
+         test_disk_size_concurrent_writers, test_disk_size_counts_stored_bytes,
          test_striping, test_statfs_counts_blocks, test_durable_kill9,
          test_startup_recovery, test_io_engines])

@@ -1185,6 +1185,73 @@ START_TEST(test_posix_capacity_full_of_open_blocks)
 }
 END_TEST
 
+static int count_kept(struct tier *t, int n)
+{
+	int kept = 0;
+
+	for (int i = 0; i < n; i++)
+		kept += has(t, i);
+	return kept;
+}
+
+/* A reservation bounded by a size its bytes may stay far under (TIER_RESERVE_SHRINK: a block
+ * compressed on its way) is given room as its bytes come: a block of one block's bytes under a
+ * bound of five, into a full store of five, leaves at least three of them. */
+START_TEST(test_posix_capacity_bound_takes_written_bytes)
+{
+	struct store s;
+	struct tier *t = capped_store(&s, 5);
+	struct blockid b5 = ut_id(5);
+	struct block_meta m = tu_meta(CAP_BLOCK, 0);
+	struct tier_handle *w;
+	struct tier_usage u;
+
+	for (int i = 0; i < 5; i++)
+		put_cap(t, i);
+	ck_assert_int_eq(t->ops->reserve(t, &b5, TIER_RESERVE_SHRINK, 5 * CAP_BLOCK, &w), 0);
+	ck_assert_int_eq(tu_write(w, &b5, 1, 0, CAP_BLOCK), CAP_BLOCK);
+	ck_assert_int_eq(t->ops->commit(w, &m, 0, NULL), 0);
+	ck_assert_msg(count_kept(t, 5) >= 3, "%d of 5 blocks left for one block's bytes",
+		      count_kept(t, 5));
+	tu_expect(t, &b5, 1, CAP_BLOCK);
+	ck_assert_int_eq(t->ops->usage(t, &u), 0);
+	ck_assert_uint_le(u.used, 5ull * CAP_FILE + 8192);
+	store_close(&s);
+}
+END_TEST
+
+/* A bounded reservation evicts nothing for a bound that cannot fit: at reserve when the bound
+ * is past the capacity, and on its way when the blocks it could evict (the others are open)
+ * are too few for the rest of its bound. */
+START_TEST(test_posix_capacity_bound_never_fits)
+{
+	struct store s;
+	struct tier *t = capped_store(&s, 5);
+	struct blockid b0 = ut_id(0), b1 = ut_id(1), b5 = ut_id(5);
+	struct tier_handle *h0, *h1, *w;
+
+	for (int i = 0; i < 5; i++)
+		put_cap(t, i);
+	ck_assert_int_eq(t->ops->reserve(t, &b5, TIER_RESERVE_SHRINK, 6 * CAP_FILE, &w), -ENOSPC);
+	ck_assert_int_eq(count_kept(t, 5), 5);
+	store_close(&s);
+
+	t = capped_store(&s, 5);
+	for (int i = 0; i < 3; i++)
+		put_cap(t, i);
+	ck_assert_int_eq(t->ops->open(t, &b0, 0, &h0), 0);
+	ck_assert_int_eq(t->ops->open(t, &b1, 0, &h1), 0);
+	/* room for two blocks and one that may go: a bound of four starts, then fails */
+	ck_assert_int_eq(t->ops->reserve(t, &b5, TIER_RESERVE_SHRINK, 4 * CAP_BLOCK, &w), 0);
+	ck_assert_int_eq(tu_write(w, &b5, 1, 0, 4 * CAP_BLOCK), -ENOSPC);
+	t->ops->abort(w);
+	ck_assert_msg(has(t, 2), "a block was evicted for a write that could not fit");
+	tier_close(h0);
+	tier_close(h1);
+	store_close(&s);
+}
+END_TEST
+
 START_TEST(test_posix_capacity_evicts_coldest)
 {
 	/* DESIGN.md: the disk tier has a capacity in physical bytes (disk_size=) "with
@@ -1239,6 +1306,8 @@ Suite *posix_suite(void)
 	tcase_add_test(core, test_posix_capacity_recency_survives_restart);
 	tcase_add_test(core, test_posix_capacity_spares_open_blocks);
 	tcase_add_test(errors, test_posix_capacity_full_of_open_blocks);
+	tcase_add_test(core, test_posix_capacity_bound_takes_written_bytes);
+	tcase_add_test(errors, test_posix_capacity_bound_never_fits);
 	tcase_add_test(errors, test_posix_corrupt_header_quarantined);
 	tcase_add_test(errors, test_posix_corrupt_header_found_at_start);
 	tcase_add_test(errors, test_posix_corrupt_payload_whole_read);
