@@ -559,7 +559,11 @@ void fault_get_stats(struct tier *t, struct fault_stats *out)
 	struct fault *f = fault_of(t);
 
 	pthread_mutex_lock(&f->lock);
-	*out = f->st;
+	out->calls = f->st.calls; /* field by field: seen[] is not under the lock */
+	out->faults = f->st.faults;
+	out->first_n = f->st.first_n;
+	out->first_op = f->st.first_op;
+	out->first_err = f->st.first_err;
 	for (int i = 0; i < FOP_COUNT; i++)
 		out->seen[i] = __atomic_load_n(&f->st.seen[i], __ATOMIC_RELAXED);
 	pthread_mutex_unlock(&f->lock);
