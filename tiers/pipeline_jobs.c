@@ -184,6 +184,30 @@ static void push_dump_locked(struct pipeline *p, struct dump_job *j)
 	p->queued++;
 }
 
+static bool dumping_locked(struct pipeline *p, const struct blockid *id);
+
+/* Take the first queued dump of a block no one is writing below now, or NULL. A dump of a
+ * block being written (by an fsync, most often) stays queued for later: by then it has
+ * nothing left to do, and the worker goes on with the next one instead of waiting. qlock
+ * held. */
+static struct dump_job *pop_dump_locked(struct pipeline *p)
+{
+	struct dump_job *prev = NULL, *j;
+
+	for (j = p->dhead; j && dumping_locked(p, &j->id); j = j->next)
+		prev = j;
+	if (!j)
+		return NULL;
+	if (prev)
+		prev->next = j->next;
+	else
+		p->dhead = j->next;
+	if (p->dtail == j)
+		p->dtail = prev;
+	p->queued--;
+	return j;
+}
+
 /* Queue every parked dump again. qlock held. */
 static void unpark_locked(struct pipeline *p)
 {
@@ -209,22 +233,16 @@ static void *worker(void *arg)
 	pthread_mutex_lock(&p->qlock);
 	for (;;) {
 		struct loading *ld = pop_load(p);
-		struct dump_job *j = ld ? NULL : p->dhead;
+		struct dump_job *j = ld ? NULL : pop_dump_locked(p);
 		struct tier_handle *again = NULL;
 		bool park = false, retry = false;
 		int rc;
 
 		if (!ld && !j) {
-			if (p->stop)
+			if (p->stop && !p->dhead)
 				break;
-			pthread_cond_wait(&p->qcond, &p->qlock);
+			pthread_cond_wait(&p->qcond, &p->qlock); /* dump_unclaim() signals too */
 			continue;
-		}
-		if (!ld) {
-			p->dhead = j->next;
-			if (!p->dhead)
-				p->dtail = NULL;
-			p->queued--;
 		}
 		p->running++;
 		p->running_loads += ld != NULL;
@@ -468,18 +486,21 @@ struct dump_claim {
 	struct dump_claim *next;
 };
 
+/* Whether a dump of id runs now. qlock held. */
+static bool dumping_locked(struct pipeline *p, const struct blockid *id)
+{
+	for (struct dump_claim *o = p->dumping; o; o = o->next)
+		if (blockid_eq(&o->id, id))
+			return true;
+	return false;
+}
+
 /* Wait until no dump of id runs, then claim it for the caller. */
 static void dump_claim(struct pipeline *p, const struct blockid *id, struct dump_claim *c)
 {
 	pthread_mutex_lock(&p->qlock);
-	for (struct dump_claim *o = p->dumping; o;) {
-		if (!blockid_eq(&o->id, id)) {
-			o = o->next;
-			continue;
-		}
+	while (dumping_locked(p, id))
 		pthread_cond_wait(&p->qidle, &p->qlock);
-		o = p->dumping; /* look again from the start */
-	}
 	c->id = *id;
 	c->next = p->dumping;
 	p->dumping = c;
@@ -495,6 +516,8 @@ static void dump_unclaim(struct pipeline *p, struct dump_claim *c)
 		;
 	*pp = c->next;
 	pthread_cond_broadcast(&p->qidle);
+	if (p->dhead) /* a queued dump of this id may be waiting for it (pop_dump_locked()) */
+		pthread_cond_signal(&p->qcond);
 	pthread_mutex_unlock(&p->qlock);
 }
 

@@ -1244,13 +1244,15 @@ struct two {
 	struct tier *t, *mem, *below;
 };
 
-static void two_open(struct two *w, bool threads, bool fresh_dir)
+/* A pipeline of memory (`mem` bytes) over zstd over a native store, with `workers` threads
+ * (0: not started); below is a fault tier above the compression, mem one around the cache. */
+static void two_open_with(struct two *w, unsigned workers, uint64_t mem, bool fresh_dir)
 {
 	struct compress_config zc = { .zstd = true, .level = 1 };
-	struct cache_config cc = { .capacity = MB, .policy = POLICY_LRU,
-				   .dirty_wait_ms = threads ? 200 : 0 };
+	struct cache_config cc = { .capacity = mem, .policy = POLICY_LRU,
+				   .dirty_wait_ms = workers ? 200 : 0 };
 	struct pipeline_config pc = { .max_block = 64 * MB, .default_ttl_ms = TTL_NONE,
-				      .dump_threads = 2 };
+				      .dump_threads = workers ? workers : 2 };
 	struct tier *disk, *below;
 
 	if (fresh_dir)
@@ -1263,8 +1265,13 @@ static void two_open(struct two *w, bool threads, bool fresh_dir)
 	pc.cache = w->mem;
 	pc.below = w->below;
 	ck_assert_int_eq(pipeline_create(&pc, &w->t), 0);
-	if (threads)
+	if (workers)
 		ck_assert_int_eq(pipeline_start(w->t), 0);
+}
+
+static void two_open(struct two *w, bool threads, bool fresh_dir)
+{
+	two_open_with(w, threads ? 2 : 0, MB, fresh_dir);
 }
 
 static void two_close(struct two *w, bool rm)
@@ -1518,6 +1525,42 @@ START_TEST(test_fault_disk_sync_waits_for_dump)
 	ck_assert_msg(st.seen[FOP_COMMIT] == 1, "the block was written below %llu times",
 		      (unsigned long long)st.seen[FOP_COMMIT]);
 	tu_expect(w.t, &id, 1, 900 * KB);
+	two_close(&w, true);
+}
+END_TEST
+
+/*
+ * A worker whose next queued dump is of a block an fsync is writing goes on with the dump
+ * after it instead of waiting for the fsync. One worker, each write below slowed to 300 ms:
+ * the worker dumps c (one write) while a, 3 MB (three writes), and b queue behind it; an fsync
+ * of a starts at once. When the fsync returns (~950 ms), b is on disk (written ~300-600 ms);
+ * a worker that waited for a's dump would write b only after it (~950-1250 ms).
+ */
+START_TEST(test_fault_disk_worker_passes_synced_dump)
+{
+	struct two w;
+	struct blockid a = ut_id(76), b = ut_id(77), c = ut_id(78);
+	struct fault_stats st;
+
+	two_open_with(&w, 1, 8 * MB, true);
+	fault_arm(w.below, &(struct fault_plan){ .action = FAULT_DELAY,
+						 .ops = FAULT_BIT(FOP_WRITE), .nth = 1,
+						 .times = UINT32_MAX, .delay_ns = 300000000 });
+	ck_assert_int_eq(two_put(w.t, &c, 1, 100 * KB, 100 * KB), 0);
+	ut_sleep_ms(20); /* the worker is writing c */
+	ck_assert_int_eq(two_put(w.t, &a, 2, 3 * MB, 3 * MB), 0);
+	ck_assert_int_eq(two_put(w.t, &b, 3, 100 * KB, 100 * KB), 0);
+	ck_assert_int_eq(w.t->ops->sync(w.t, &a), 0);
+	ck_assert_msg(tu_lookup(w.below, &b, NULL) == 0,
+		      "the worker waited for the fsync's dump before writing the next block");
+	tu_settle(w.t);
+	fault_disarm(w.below);
+	fault_get_stats(w.below, &st);
+	ck_assert_msg(st.seen[FOP_COMMIT] == 3, "%llu blocks written below for 3",
+		      (unsigned long long)st.seen[FOP_COMMIT]);
+	tu_expect(w.t, &a, 2, 3 * MB);
+	tu_expect(w.t, &b, 3, 100 * KB);
+	tu_expect(w.t, &c, 1, 100 * KB);
 	two_close(&w, true);
 }
 END_TEST
@@ -1823,7 +1866,8 @@ Suite *fault_disk_suite(void)
 	const TTest *errors[] = { test_fault_disk_open_joins_stale_load,
 				  test_fault_disk_reads_answered_later,
 				  test_fault_disk_callback_closes_block,
-				  test_fault_disk_sync_waits_for_dump, NULL };
+				  test_fault_disk_sync_waits_for_dump,
+				  test_fault_disk_worker_passes_synced_dump, NULL };
 
 	return loop_suite("fault_disk", test_fault_disk_every_call,
 			  test_fault_disk_every_call_threads, test_fault_disk_random, errors);
