@@ -67,12 +67,13 @@
 #define BG_SEG (256u << 10) /* segments of background requests: what a foreground one may
 			       find ahead of it in the disk's queue, per background slot */
 
-/* The pool of the engine's own memory: power-of-two classes from 64 KiB to 8 MiB, up to
- * POOL_KEEP buffers of each and POOL_BYTES in all kept. */
+/* The pool of the engine's own memory and of its callers' (io_buf_get(): the disk tier's
+ * write stages, four of 1 MiB per block being written): power-of-two classes from 64 KiB to
+ * 8 MiB, up to POOL_KEEP buffers of each and POOL_BYTES in all kept. */
 #define POOL_MIN_SHIFT 16
 #define POOL_CLASSES 8
-#define POOL_KEEP 4
-#define POOL_BYTES (16u << 20)
+#define POOL_KEEP 12
+#define POOL_BYTES (24u << 20)
 
 static __thread bool io_bg; /* this thread's requests are background ones */
 
@@ -207,6 +208,26 @@ static void own_free(struct io_engine *e, char *p, size_t cap)
 	} else {
 		free(p);
 	}
+}
+
+void *io_buf_get(struct io_engine *e, size_t len)
+{
+	size_t cap;
+	char *p;
+
+	pthread_mutex_lock(&e->lock);
+	p = own_alloc(e, len, &cap);
+	pthread_mutex_unlock(&e->lock);
+	return p;
+}
+
+void io_buf_put(struct io_engine *e, void *p, size_t len)
+{
+	int c = pool_class(len);
+
+	pthread_mutex_lock(&e->lock);
+	own_free(e, p, c < POOL_CLASSES ? (size_t)1 << (POOL_MIN_SHIFT + c) : len);
+	pthread_mutex_unlock(&e->lock);
 }
 
 /* e->lock held */

@@ -93,6 +93,12 @@ struct io_req *io_write_start(struct io_engine *e, int fd, const void *buf, size
 /* Wait for a write started by io_write_start() and give it back: as io_pwrite(). */
 ssize_t io_write_wait(struct io_engine *e, struct io_req *r);
 
+/* IO_ALIGN-aligned memory of at least len bytes for a caller's direct IO, from the engine's
+ * pool (a reused buffer's pages are already faulted in), or NULL; give it back to the same
+ * engine with io_buf_put(e, p, len). */
+void *io_buf_get(struct io_engine *e, size_t len);
+void io_buf_put(struct io_engine *e, void *p, size_t len);
+
 /* Samples of e under `labels` (a Prometheus label list, e.g. store="/x"). */
 void io_engine_metrics(struct io_engine *e, struct metrics *m, const char *labels);
 

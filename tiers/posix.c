@@ -487,7 +487,8 @@ static void free_handle(struct phandle *h)
 	for (unsigned i = 0; i < NSTAGE; i++) {
 		if (h->wreq[i])
 			io_write_wait(posix_of(h->base.tier)->io, h->wreq[i]); /* it reads the stage */
-		free(h->stages[i]);
+		if (h->stages[i]) /* pooled: fresh memory would cost a fault per page each block */
+			io_buf_put(posix_of(h->base.tier)->io, h->stages[i], STAGE);
 	}
 	for (unsigned i = 0; i < h->nwin; i++) {
 		io_prefetch_drop(posix_of(h->base.tier)->io, h->win[i]->r);
@@ -1098,7 +1099,7 @@ static int posix_reserve(struct tier *t, const struct blockid *id, unsigned flag
 		bool mem = true;
 
 		for (unsigned i = 0; i < NSTAGE; i++)
-			mem = mem && posix_memalign((void **)&h->stages[i], IO_ALIGN, STAGE) == 0;
+			mem = mem && (h->stages[i] = io_buf_get(p->io, STAGE)) != NULL;
 		if (mem)
 			h->dfd = open(h->tmp, O_WRONLY | O_DIRECT | O_CLOEXEC);
 		if (h->dfd >= 0 && room)
