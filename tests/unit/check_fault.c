@@ -1299,6 +1299,24 @@ static int two_put(struct tier *t, const struct blockid *id, uint64_t seed, uint
 	return rc == -EIO ? h->tier->ops->commit(h, NULL, 0, NULL) : rc;
 }
 
+/* Every call of op on the tier below the pipeline takes delay_ns longer from now on. */
+static void slow_below(struct two *w, enum fault_op op, int64_t delay_ns)
+{
+	fault_arm(w->below, &(struct fault_plan){ .action = FAULT_DELAY, .ops = FAULT_BIT(op),
+						  .nth = 1, .times = UINT32_MAX,
+						  .delay_ns = delay_ns });
+}
+
+/* Stop slowing the tier below and return how many commits it has seen in all. */
+static uint64_t commits_below(struct two *w)
+{
+	struct fault_stats st;
+
+	fault_disarm(w->below);
+	fault_get_stats(w->below, &st);
+	return st.seen[FOP_COMMIT];
+}
+
 /*
  * tier.h: "-EIO with TIER_COMMIT_TRY" leaves the handle with the caller (fs/fs.c keeps it and
  * commits it again at release). A complete block whose publication fails -EIO (here: the
@@ -1480,9 +1498,7 @@ START_TEST(test_fault_disk_open_joins_stale_load)
 	tu_settle(w.t);
 	two_close(&w, false);
 	two_open(&w, true, false); /* memory is empty: the block is only on disk */
-	fault_arm(w.below, &(struct fault_plan){ .action = FAULT_DELAY,
-						 .ops = FAULT_BIT(FOP_READ), .nth = 1,
-						 .times = UINT32_MAX, .delay_ns = 100000000 });
+	slow_below(&w, FOP_READ, 100000000);
 	ck_assert_int_eq(w.t->ops->open(w.t, &id, 0, &h1), 0); /* a load starts */
 	ck_assert_int_eq(w.t->ops->remove(w.t, &id), 0);
 	rc = w.t->ops->open(w.t, &id, 0, &h2);
@@ -1510,20 +1526,17 @@ START_TEST(test_fault_disk_sync_waits_for_dump)
 {
 	struct two w;
 	struct blockid id = ut_id(75);
-	struct fault_stats st;
+	uint64_t commits;
 
 	two_open(&w, true, true);
-	fault_arm(w.below, &(struct fault_plan){ .action = FAULT_DELAY,
-						 .ops = FAULT_BIT(FOP_WRITE), .nth = 1,
-						 .times = UINT32_MAX, .delay_ns = 300000000 });
+	slow_below(&w, FOP_WRITE, 300000000);
 	ck_assert_int_eq(two_put(w.t, &id, 1, 900 * KB, 900 * KB), 0); /* its dump is queued */
 	ut_sleep_ms(50); /* a worker is writing it */
 	ck_assert_int_eq(w.t->ops->sync(w.t, &id), 0);
 	tu_settle(w.t);
-	fault_disarm(w.below);
-	fault_get_stats(w.below, &st);
-	ck_assert_msg(st.seen[FOP_COMMIT] == 1, "the block was written below %llu times",
-		      (unsigned long long)st.seen[FOP_COMMIT]);
+	commits = commits_below(&w);
+	ck_assert_msg(commits == 1, "the block was written below %llu times",
+		      (unsigned long long)commits);
 	tu_expect(w.t, &id, 1, 900 * KB);
 	two_close(&w, true);
 }
@@ -1540,12 +1553,10 @@ START_TEST(test_fault_disk_worker_passes_synced_dump)
 {
 	struct two w;
 	struct blockid a = ut_id(76), b = ut_id(77), c = ut_id(78);
-	struct fault_stats st;
+	uint64_t commits;
 
 	two_open_with(&w, 1, 8 * MB, true);
-	fault_arm(w.below, &(struct fault_plan){ .action = FAULT_DELAY,
-						 .ops = FAULT_BIT(FOP_WRITE), .nth = 1,
-						 .times = UINT32_MAX, .delay_ns = 300000000 });
+	slow_below(&w, FOP_WRITE, 300000000);
 	ck_assert_int_eq(two_put(w.t, &c, 1, 100 * KB, 100 * KB), 0);
 	ut_sleep_ms(20); /* the worker is writing c */
 	ck_assert_int_eq(two_put(w.t, &a, 2, 3 * MB, 3 * MB), 0);
@@ -1554,10 +1565,8 @@ START_TEST(test_fault_disk_worker_passes_synced_dump)
 	ck_assert_msg(tu_lookup(w.below, &b, NULL) == 0,
 		      "the worker waited for the fsync's dump before writing the next block");
 	tu_settle(w.t);
-	fault_disarm(w.below);
-	fault_get_stats(w.below, &st);
-	ck_assert_msg(st.seen[FOP_COMMIT] == 3, "%llu blocks written below for 3",
-		      (unsigned long long)st.seen[FOP_COMMIT]);
+	commits = commits_below(&w);
+	ck_assert_msg(commits == 3, "%llu blocks written below for 3", (unsigned long long)commits);
 	tu_expect(w.t, &a, 2, 3 * MB);
 	tu_expect(w.t, &b, 3, 100 * KB);
 	tu_expect(w.t, &c, 1, 100 * KB);
@@ -1634,10 +1643,7 @@ START_TEST(test_fault_disk_reads_answered_later)
 	tu_settle(w.t);
 	two_close(&w, false);
 	two_open(&w, true, false); /* memory is empty: the blocks are only on disk */
-	fault_arm(w.below, &(struct fault_plan){ .action = FAULT_DELAY,
-						       .ops = FAULT_BIT(FOP_READ), .nth = 1,
-						       .times = UINT32_MAX,
-						       .delay_ns = 500000000 });
+	slow_below(&w, FOP_READ, 500000000);
 	ck_assert_int_eq(w.t->ops->open(w.t, &id, 0, &h), 0);
 	/* last part first: the runners fetch what readers wait for, in their order */
 	for (int i = R - 1; i >= 0; i--) {

@@ -1065,6 +1065,16 @@ static void put_cap(struct tier *t, int n)
 	ck_assert_int_eq(tu_put(t, &id, 1, CAP_BLOCK, 0, 0, 0), 0);
 }
 
+/* A capped store of room for `blocks` blocks, holding blocks 0 .. blocks - 1. */
+static struct tier *full_store(struct store *s, int blocks)
+{
+	struct tier *t = capped_store(s, blocks);
+
+	for (int i = 0; i < blocks; i++)
+		put_cap(t, i);
+	return t;
+}
+
 static bool has(struct tier *t, int n)
 {
 	struct blockid id = ut_id((uint64_t)n);
@@ -1075,11 +1085,9 @@ static bool has(struct tier *t, int n)
 START_TEST(test_posix_capacity_touch_keeps_hot)
 {
 	struct store s;
-	struct tier *t = capped_store(&s, 5);
+	struct tier *t = full_store(&s, 5);
 	struct blockid b0 = ut_id(0);
 
-	for (int i = 0; i < 5; i++)
-		put_cap(t, i);
 	ck_assert_int_eq(t->ops->touch(t, &b0), 0);
 	put_cap(t, 5);
 	ck_assert_msg(has(t, 0), "a block touched just now was evicted");
@@ -1096,10 +1104,8 @@ START_TEST(test_posix_capacity_recency_survives_restart)
 {
 	struct store s;
 	struct posix_config pc;
-	struct tier *t = capped_store(&s, 5);
+	struct tier *t = full_store(&s, 5);
 
-	for (int i = 0; i < 5; i++)
-		put_cap(t, i);
 	for (int i = 0; i < 5; i++) {
 		struct blockid id = ut_id((uint64_t)i);
 		struct timespec ts[2];
@@ -1126,11 +1132,9 @@ END_TEST
 START_TEST(test_posix_capacity_expired_first)
 {
 	struct store s;
-	struct tier *t = capped_store(&s, 5);
+	struct tier *t = full_store(&s, 5);
 	struct blockid b4 = ut_id(4);
 
-	for (int i = 0; i < 5; i++)
-		put_cap(t, i);
 	ck_assert_int_eq(t->ops->set_deadline(t, &b4, mono_ns() + 20 * 1000000LL), 0);
 	ut_sleep_ms(40);
 	put_cap(t, 5);
@@ -1143,12 +1147,10 @@ END_TEST
 START_TEST(test_posix_capacity_spares_open_blocks)
 {
 	struct store s;
-	struct tier *t = capped_store(&s, 5);
+	struct tier *t = full_store(&s, 5);
 	struct blockid b0 = ut_id(0);
 	struct tier_handle *h;
 
-	for (int i = 0; i < 5; i++)
-		put_cap(t, i);
 	ck_assert_int_eq(t->ops->open(t, &b0, 0, &h), 0);
 	for (int i = 5; i < 15; i++) {
 		put_cap(t, i);
@@ -1200,14 +1202,12 @@ static int count_kept(struct tier *t, int n)
 START_TEST(test_posix_capacity_bound_takes_written_bytes)
 {
 	struct store s;
-	struct tier *t = capped_store(&s, 5);
+	struct tier *t = full_store(&s, 5);
 	struct blockid b5 = ut_id(5);
 	struct block_meta m = tu_meta(CAP_BLOCK, 0);
 	struct tier_handle *w;
 	struct tier_usage u;
 
-	for (int i = 0; i < 5; i++)
-		put_cap(t, i);
 	ck_assert_int_eq(t->ops->reserve(t, &b5, TIER_RESERVE_SHRINK, 5 * CAP_BLOCK, &w), 0);
 	ck_assert_int_eq(tu_write(w, &b5, 1, 0, CAP_BLOCK), CAP_BLOCK);
 	ck_assert_int_eq(t->ops->commit(w, &m, 0, NULL), 0);
@@ -1226,12 +1226,10 @@ END_TEST
 START_TEST(test_posix_capacity_bound_never_fits)
 {
 	struct store s;
-	struct tier *t = capped_store(&s, 5);
+	struct tier *t = full_store(&s, 5);
 	struct blockid b0 = ut_id(0), b1 = ut_id(1), b5 = ut_id(5);
 	struct tier_handle *h0, *h1, *w;
 
-	for (int i = 0; i < 5; i++)
-		put_cap(t, i);
 	ck_assert_int_eq(t->ops->reserve(t, &b5, TIER_RESERVE_SHRINK, 6 * CAP_FILE, &w), -ENOSPC);
 	ck_assert_int_eq(count_kept(t, 5), 5);
 	store_close(&s);
