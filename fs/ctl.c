@@ -7,10 +7,12 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "fs/fs_int.h"
+#include "src/buf.h"
 
 #define CONFIG_MAX 8192
 
@@ -149,8 +151,11 @@ int stats_text(struct ucmfs *fs, char **text, size_t *len)
 
 	if (rc)
 		return rc;
-	metrics_counter(m, "ucmfs_read_bytes_total", "Bytes returned to readers.", "",
-			counter_get(&fs->read_bytes));
+	char kind[48];
+
+	metrics_counter(m, "ucmfs_read_bytes_total",
+			"Bytes returned to readers through the daemon (passthrough reads are not "
+			"seen).", "", counter_get(&fs->read_bytes));
 	metrics_counter(m, "ucmfs_write_bytes_total", "Bytes accepted from writers.", "",
 			counter_get(&fs->write_bytes));
 	metrics_counter(m, "ucmfs_read_requests_total", "READ requests of the kernel for blocks.",
@@ -158,6 +163,19 @@ int stats_text(struct ucmfs *fs, char **text, size_t *len)
 	metrics_counter(m, "ucmfs_write_requests_total", "WRITE requests of the kernel for blocks.",
 			"", counter_get(&fs->write_requests));
 	metrics_counter(m, "ucmfs_opens_total", "Block opens.", "", counter_get(&fs->opens));
+	metrics_counter(m, "ucmfs_passthrough_opens_total",
+			"Block opens the kernel reads without the daemon (FUSE passthrough).", "",
+			counter_get(&fs->pt_opens));
+	metrics_gauge(m, "ucmfs_passthrough_backing_files",
+		      "Backing files registered with the kernel: nodes with passthrough readers.",
+		      "", (double)atomic_load(&fs->backing_files));
+	metrics_gauge(m, "ucmfs_passthrough_enabled",
+		      "1 if opens of blocks in memory pass through to the kernel.", "",
+		      atomic_load(&fs->pt) ? 1 : 0);
+	snprintf(kind, sizeof(kind), "kind=\"%s\"", buf_kind_name(buf_kind()));
+	metrics_gauge(m, "ucmfs_mem_buffers_info",
+		      "What the memory tier's block buffers are: anon, tmpfs or tmpfs-huge.", kind,
+		      1);
 	metrics_counter(m, "ucmfs_queries_total", "Lookup queries answered.", "",
 			counter_get(&fs->queries_total));
 	metrics_histogram(m, "ucmfs_query_seconds", "Time to answer a lookup query.", "",

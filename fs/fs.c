@@ -11,6 +11,15 @@
  * second cost). Those of the directories, which never change, are kept (ctl_attr_timeout()):
  * every path walk checks the root's.
  *
+ * Passthrough. Where the kernel allows it (passthrough=auto|on, FUSE_CAP_PASSTHROUGH, and
+ * CAP_SYS_ADMIN), a reader of a block whose bytes are in the memory tier's file
+ * (tier_ops.backing) opens with FOPEN_PASSTHROUGH: the kernel then reads and maps that file
+ * itself and sends no READ; the daemon still sees the open and the release, which pin and
+ * unpin the version as for any reader. fs/inode.h says which readers of a node may pass
+ * through (the kernel forbids mixing them with page-cache readers); the backing id lives
+ * from a node's first passthrough open to its last release. A file handed to the kernel is
+ * never written or reused by the memory tier again (a process may map it past its close).
+ *
  * Every reply is sent by the handler that received the request; no lock of this file is
  * held across a reply.
  */
@@ -23,6 +32,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
 
@@ -33,6 +43,12 @@
 #include "tiers/pipeline.h"
 
 #define MAX_REQUEST (1u << 20)
+
+/* <linux/fuse.h> of kernel 6.9 (Debian 12's headers predate it): forget a backing id. libfuse
+ * has fuse_passthrough_close(), which needs a request; a backing id also goes at shutdown. */
+#ifndef FUSE_DEV_IOC_BACKING_CLOSE
+#define FUSE_DEV_IOC_BACKING_CLOSE _IOW(229, 2, uint32_t)
+#endif
 
 static struct timespec ns_to_ts(int64_t ns)
 {
@@ -118,17 +134,22 @@ static void op_init(void *userdata, struct fuse_conn_info *conn)
 	struct ucmfs *fs = userdata;
 
 	/* O_TRUNC arrives with open (a replacement), not as a separate truncate */
-	if (conn->capable & FUSE_CAP_ATOMIC_O_TRUNC)
-		conn->want |= FUSE_CAP_ATOMIC_O_TRUNC;
+	fuse_set_feature_flag(conn, FUSE_CAP_ATOMIC_O_TRUNC);
 	/* attributes are never cached, so the kernel must not re-check them on every read */
-	conn->want &= ~FUSE_CAP_AUTO_INVAL_DATA;
-	conn->want &= ~FUSE_CAP_READDIRPLUS;
+	fuse_unset_feature_flag(conn, FUSE_CAP_AUTO_INVAL_DATA);
+	fuse_unset_feature_flag(conn, FUSE_CAP_READDIRPLUS);
 	conn->max_write = MAX_REQUEST;
 	/* what the kernel offers is the window set at mount (fs_run()); libfuse keeps the
 	 * smaller of the two */
 	conn->max_readahead = fs->opts->readahead > MAX_REQUEST ? (unsigned)fs->opts->readahead
 								 : MAX_REQUEST;
 	conn->time_gran = 1;
+	/* blocks in memory are read by the kernel from their files (backing files are on a
+	 * tmpfs: nothing stacks below them) */
+	if (fs->opts->passthrough != PT_OFF && fuse_set_feature_flag(conn, FUSE_CAP_PASSTHROUGH)) {
+		conn->max_backing_stack_depth = 1;
+		atomic_store(&fs->pt, true);
+	}
 }
 
 static void op_destroy(void *userdata)
@@ -311,6 +332,18 @@ static void rhandle_put(struct rhandle *r)
 	}
 }
 
+/* A cached reader goes: the node's backing id goes with its last passthrough reader. */
+static void pt_leave(struct ucmfs *fs, struct fh *fh)
+{
+	uint32_t id = (uint32_t)itable_pt_leave(fs->itab, fh->inode, fh->backing_id);
+
+	if (id) {
+		/* after an unmount the session's descriptor is gone, and the ids with it */
+		ioctl(fuse_session_fd(fs->se), FUSE_DEV_IOC_BACKING_CLOSE, &id);
+		atomic_fetch_sub(&fs->backing_files, 1);
+	}
+}
+
 void fh_free(struct ucmfs *fs, struct fh *fh)
 {
 	pthread_mutex_lock(&fs->fh_lock);
@@ -322,6 +355,8 @@ void fh_free(struct ucmfs *fs, struct fh *fh)
 		fh->next->prev = fh->prev;
 	pthread_mutex_unlock(&fs->fh_lock);
 	if (fh->inode) {
+		if (fh->kind == FH_READ && fh->counted && !fh->uncached)
+			pt_leave(fs, fh);
 		if (fh->kind == FH_WRITE)
 			itable_del_writer(fs->itab, fh->inode);
 		else if (fh->kind == FH_READ && fh->counted)
@@ -352,9 +387,48 @@ static bool wants_write(int flags)
 	return (flags & O_ACCMODE) != O_RDONLY;
 }
 
+struct pt_open {
+	struct ucmfs *fs;
+	fuse_req_t req;
+	struct fh *fh;
+};
+
+/* itable_pt_join()'s open_backing: a backing id for the file that holds fh's version. */
+static int pt_open_backing(void *arg)
+{
+	struct pt_open *a = arg;
+	struct ucmfs *fs = a->fs;
+	int fd = fs->pipe->ops->backing(a->fh->h), id;
+
+	if (fd < 0)
+		return fd; /* not in a file of the memory tier (not loaded, too small, ...) */
+	id = fuse_passthrough_open(a->req, fd);
+	close(fd);
+	if (id <= 0) {
+		/* the kernel refuses (no CAP_SYS_ADMIN in the initial namespace, say): from now
+		 * on every block is read through the daemon */
+		if (atomic_exchange(&fs->pt, false))
+			log_warn("passthrough off: the kernel refused a backing file (FUSE_DEV_IOC_"
+				 "BACKING_OPEN); blocks are read through the daemon from now on");
+		return -EPERM;
+	}
+	atomic_fetch_add(&fs->backing_files, 1);
+	return id;
+}
+
+/* A cached reader: through the kernel (fh->backing_id) or through the daemon. */
+static void pt_join(struct ucmfs *fs, fuse_req_t req, struct fh *fh)
+{
+	struct pt_open a = { .fs = fs, .req = req, .fh = fh };
+	bool pt = atomic_load(&fs->pt) && fs->pipe->ops->backing;
+
+	fh->backing_id = itable_pt_join(fs->itab, fh->inode, fh->purge,
+					pt ? pt_open_backing : NULL, &a);
+}
+
 /* Pin the version of fh's block that its node shows (the committed one, or the older one
  * that the node's other readers hold) and count the reader. 0 or -errno. */
-static int open_reader(struct ucmfs *fs, struct fh *fh)
+static int open_reader(struct ucmfs *fs, fuse_req_t req, struct fh *fh)
 {
 	struct inode *ino = fh->inode;
 	struct tier_handle *h;
@@ -394,6 +468,8 @@ static int open_reader(struct ucmfs *fs, struct fh *fh)
 	fh->uncached = rc == READ_DIRECT;
 	fh->purge = rc == READ_PURGE;
 	fh->size = a.size;
+	if (!fh->uncached)
+		pt_join(fs, req, fh);
 	return 0;
 }
 
@@ -402,7 +478,8 @@ static int open_reader(struct ucmfs *fs, struct fh *fh)
  * -ESTALE: a writer asked for a node that readers use through the page cache; the node was
  * detached, and a new lookup of the name gives one of its own (the kernel retries by itself).
  */
-static int open_block(struct ucmfs *fs, struct inode *ino, int flags, struct fh **out)
+static int open_block(struct ucmfs *fs, fuse_req_t req, struct inode *ino, int flags,
+		      struct fh **out)
 {
 	struct fh *fh = fh_new(fs, wants_write(flags) ? FH_WRITE : FH_READ, flags);
 	unsigned rf = 0;
@@ -413,7 +490,7 @@ static int open_block(struct ucmfs *fs, struct inode *ino, int flags, struct fh 
 		return -ENOMEM;
 	fh->inode = ino;
 	if (fh->kind == FH_READ) {
-		rc = open_reader(fs, fh);
+		rc = open_reader(fs, req, fh);
 	} else {
 		if (flags & O_EXCL)
 			rf |= TIER_RESERVE_EXCL;
@@ -451,7 +528,7 @@ static void op_open(fuse_req_t req, fuse_ino_t nid, struct fuse_file_info *fi)
 	} else {
 		ino = inode_of(nid);
 		itable_ref(fs->itab, ino, false);
-		rc = open_block(fs, ino, fi->flags, &fh);
+		rc = open_block(fs, req, ino, fi->flags, &fh);
 		if (rc)
 			itable_put(fs->itab, ino);
 	}
@@ -460,8 +537,11 @@ static void op_open(fuse_req_t req, fuse_ino_t nid, struct fuse_file_info *fi)
 		return;
 	}
 	fi->fh = (uintptr_t)fh;
-	/* a node id shows one immutable version: its cached pages stay valid across opens */
-	fi->keep_cache = fh->kind == FH_READ && !fh->uncached && !fh->purge;
+	/* the kernel reads the block's memory itself */
+	fi->backing_id = fh->kind == FH_READ ? fh->backing_id : 0;
+	/* a node id shows one immutable version: its cached pages stay valid across opens (a
+	 * passthrough open takes no other flag than noflush and direct_io, or fails EIO) */
+	fi->keep_cache = fh->kind == FH_READ && !fh->uncached && !fh->purge && !fi->backing_id;
 	fi->noflush = fh->kind != FH_WRITE; /* only a writer's close commits anything */
 	/* writes go straight to the reservation, never into the page cache of a version that
 	 * readers may hold; a query file's contents change under other descriptors */
@@ -469,6 +549,8 @@ static void op_open(fuse_req_t req, fuse_ino_t nid, struct fuse_file_info *fi)
 		fi->direct_io = 1;
 	if (fh->kind == FH_READ)
 		counter_add(&fs->opens, 1);
+	if (fi->backing_id)
+		counter_add(&fs->pt_opens, 1);
 	if (fuse_reply_open(req, fi) == -ENOENT) {
 		fh_discard(fs, fh); /* interrupted: the kernel will not release it */
 	}
@@ -517,7 +599,7 @@ static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_
 			fuse_reply_err(req, ENOMEM);
 			return;
 		}
-		rc = open_block(fs, ino, fi->flags | O_CREAT, &fh);
+		rc = open_block(fs, req, ino, fi->flags | O_CREAT, &fh);
 		if (rc == 0)
 			break;
 		itable_put(fs->itab, ino);
@@ -963,12 +1045,18 @@ static const struct fuse_lowlevel_ops ucmfs_ops = {
 
 /* --- running ----------------------------------------------------------------------------- */
 
+/* The mount options: the kernel's permission checks, the names, then the user's. */
+static void mount_opts(const struct ucm_options *o, char *opts, size_t len)
+{
+	snprintf(opts, len, "default_permissions,fsname=ucmfs,subtype=ucmfs%s%s",
+		 o->fuse_opts[0] ? "," : "", o->fuse_opts);
+}
+
 static int build_args(const struct ucm_options *o, struct fuse_args *args)
 {
 	char opts[sizeof(o->fuse_opts) + 128];
 
-	snprintf(opts, sizeof(opts), "default_permissions,fsname=ucmfs,subtype=ucmfs%s%s",
-		 o->fuse_opts[0] ? "," : "", o->fuse_opts);
+	mount_opts(o, opts, sizeof(opts));
 	if (fuse_opt_add_arg(args, "ucmfs") || fuse_opt_add_arg(args, "-o") ||
 	    fuse_opt_add_arg(args, opts))
 		return -ENOMEM;
@@ -977,13 +1065,50 @@ static int build_args(const struct ucm_options *o, struct fuse_args *args)
 	return 0;
 }
 
+/* Answer the kernel's INIT now (it is always the first request): whether the connection
+ * passes reads through is then known before the daemon goes to the background. 0 or -errno. */
+static int answer_init(struct ucmfs *fs)
+{
+	struct fuse_buf buf = { .mem = NULL };
+	int rc = fuse_session_receive_buf(fs->se, &buf);
+
+	if (rc > 0)
+		fuse_session_process_buf(fs->se, &buf);
+	free(buf.mem);
+	if (rc <= 0)
+		return rc < 0 ? rc : -ENOTCONN;
+	return 0;
+}
+
+/* Say (once, at start) how blocks in memory are read; -1 if passthrough=on cannot be had. */
+static int report_passthrough(struct ucmfs *fs)
+{
+	const char *mem = buf_kind_name(buf_kind());
+
+	if (atomic_load(&fs->pt)) {
+		log_info("passthrough on: the kernel reads blocks in memory from their files "
+			 "(memory: %s)", mem);
+		return 0;
+	}
+	if (fs->opts->passthrough == PT_OFF)
+		return 0; /* asked for, or said why already (main.c) */
+	if (fs->opts->passthrough == PT_ON) {
+		log_err("passthrough=on: the kernel offers no FUSE passthrough (Linux 6.9 or later "
+			"with CONFIG_FUSE_PASSTHROUGH)");
+		return -1;
+	}
+	log_info("passthrough off: the kernel offers no FUSE passthrough; blocks are read through "
+		 "the daemon (memory: %s)", mem);
+	return 0;
+}
+
 int fs_run(const struct ucm_options *o, struct tier *pipe)
 {
 	struct fuse_args args = FUSE_ARGS_INIT(0, NULL);
 	struct fuse_loop_config *lc = NULL;
 	struct ucmfs fs = { .pipe = pipe, .opts = o };
-	char *mnt = NULL, why[256];
-	int status = 1, rc;
+	char *mnt = NULL, why[256], opts[sizeof(o->fuse_opts) + 128], devfd[32];
+	int status = 1, rc, helper = -1;
 
 	pthread_mutex_init(&fs.fh_lock, NULL);
 	fs.uid = getuid();
@@ -1004,12 +1129,31 @@ int fs_run(const struct ucm_options *o, struct tier *pipe)
 	}
 	/* the canonical path, for mountinfo: once mounted, resolving it would ask the daemon */
 	mnt = realpath(o->mountpoint, NULL);
-	if (fuse_session_mount(fs.se, o->mountpoint)) {
+	mount_opts(o, opts, sizeof(opts));
+	if (fs_wants_helper(opts)) {
+		rc = fs_mount_by_helper(mnt ? mnt : o->mountpoint, opts, &helper, why,
+					sizeof(why));
+		if (rc < 0) {
+			log_err("cannot mount on %s: %s", o->mountpoint, why);
+			goto out_signals;
+		}
+		snprintf(devfd, sizeof(devfd), "/dev/fd/%d", rc);
+	}
+	if (fuse_session_mount(fs.se, helper >= 0 ? devfd : o->mountpoint)) {
 		log_err("cannot mount on %s", o->mountpoint);
+		if (helper >= 0)
+			fs_unmount_by_helper(mnt ? mnt : o->mountpoint, helper);
 		goto out_signals;
 	}
 	if (o->readahead && mnt && bdi_set_readahead(mnt, o->readahead, why, sizeof(why)))
 		log_warn("read-ahead stays at the kernel's default: %s", why);
+	rc = answer_init(&fs);
+	if (rc) {
+		log_err("no INIT from the kernel on %s: %s", o->mountpoint, strerror(-rc));
+		goto out_unmount;
+	}
+	if (report_passthrough(&fs))
+		goto out_unmount;
 	if (!o->foreground)
 		log_use_syslog();
 	if (fuse_daemonize(o->foreground)) {
@@ -1036,6 +1180,8 @@ int fs_run(const struct ucm_options *o, struct tier *pipe)
 	while (atomic_load(&fs.replies_later))
 		usleep(1000);
 out_unmount:
+	if (helper >= 0)
+		fs_unmount_by_helper(mnt ? mnt : o->mountpoint, helper);
 	fuse_session_unmount(fs.se);
 	/* files still open: closed just before the unmount, whose RELEASE the kernel dropped (a
 	 * writer's FLUSH committed already), or open when a signal stopped the daemon: a block

@@ -30,6 +30,10 @@ struct ucmfs {
 	counter_t read_bytes, write_bytes, opens;
 	counter_t read_requests, write_requests; /* READ and WRITE requests for blocks */
 	counter_t queries_total;
+	/* FUSE passthrough (fs/fs.c): blocks in memory are read by the kernel from their files */
+	atomic_bool pt;                  /* opens of blocks in memory pass through */
+	counter_t pt_opens;              /* opens that did */
+	atomic_long backing_files;       /* backing ids registered in the kernel now */
 	struct histogram query_hist;
 	atomic_int replies_later;        /* reads to be answered by the thread fetching their
 					    bytes: the session must outlive them (fs_run) */
@@ -53,6 +57,8 @@ struct fh {
 	bool uncached;                   /* FH_READ not through the page cache (writers share
 					    its node) */
 	bool purge;                      /* FH_READ: the node's older pages go at open */
+	int backing_id;                  /* FH_READ, cached: the node's backing id it reads
+					    through (itable_pt_join()), 0 if through the daemon */
 	uint64_t size;                   /* FH_READ: the version's size (immutable) */
 	pthread_mutex_t lock;            /* FH_WRITE: serializes h changes */
 	char *text;                      /* FH_CTL: the file's contents at open */
@@ -119,6 +125,16 @@ void fh_release(struct ucmfs *fs, struct fh *fh);
 /* Attributes of the version ino shows (or of a reservation with writers); fh, if not NULL, is
  * an open file of ino. 0 or -ENOENT. */
 int fs_block_stat(struct ucmfs *fs, struct inode *ino, struct fh *fh, struct stat *st);
+
+/* fs/mount.c: auto_unmount through the system's fusermount3 */
+bool fs_wants_helper(const char *opts);
+/* Mount through fusermount3 -o opts: the /dev/fuse descriptor, or -errno (why says what).
+ * *keep is the socket the helper watches: it unmounts once that is closed (or the daemon
+ * dies). */
+int fs_mount_by_helper(const char *mountpoint, const char *opts, int *keep, char *why,
+		       size_t len);
+/* Unmount such a mount now and let the helper go. */
+void fs_unmount_by_helper(const char *mountpoint, int keep);
 
 /* fs/ctl.c: the fixed files under /.ucm */
 int ctl_lookup(struct ucmfs *fs, fuse_ino_t parent, const char *name, struct fuse_entry_param *e);

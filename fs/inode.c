@@ -185,6 +185,43 @@ void *itable_del_reader(struct itable *t, struct inode *ino, bool cached)
 	return share;
 }
 
+int itable_pt_join(struct itable *t, struct inode *ino, bool purge,
+		   int (*open_backing)(void *arg), void *arg)
+{
+	int id = 0;
+
+	pthread_mutex_lock(&t->lock);
+	if (ino->pt_readers)
+		id = ino->backing_id;
+	else if (ino->plain_readers == 0 && open_backing)
+		id = open_backing(arg);
+	if (id > 0) {
+		ino->backing_id = id;
+		ino->pt_readers++;
+		ino->purge |= purge;
+	} else {
+		id = 0;
+		ino->plain_readers++;
+	}
+	pthread_mutex_unlock(&t->lock);
+	return id;
+}
+
+int itable_pt_leave(struct itable *t, struct inode *ino, int backing_id)
+{
+	int id = 0;
+
+	pthread_mutex_lock(&t->lock);
+	if (!backing_id) {
+		ino->plain_readers--;
+	} else if (--ino->pt_readers == 0) {
+		id = ino->backing_id;
+		ino->backing_id = 0;
+	}
+	pthread_mutex_unlock(&t->lock);
+	return id;
+}
+
 void itable_detach(struct itable *t, const struct blockid *id)
 {
 	struct idnode *n;

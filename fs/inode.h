@@ -17,6 +17,15 @@
  * node nobody holds open takes the newer version a reader opened, after its pages are
  * dropped.
  *
+ * Passthrough (the kernel reads a block's memory itself, fs/fs.c): the kernel gives a node
+ * one backing file for all its passthrough opens, and fails an open with EIO if a node mixes
+ * them with opens that the page cache of the node serves. So the readers of a node that the
+ * page cache could serve either all pass through, sharing the node's backing id (kept from the
+ * first such open to the last one's release), or none does: each cached reader, as it opens,
+ * joins the passthrough readers if there are some, starts them if no cached reader reads
+ * through the daemon, and else reads through the daemon. Writers and direct readers never mix with them:
+ * passthrough readers are cached readers, so a writer's open detaches their node (-ESTALE).
+ *
  * A block's node id is the address of its `struct inode`, which lives while the kernel holds
  * lookups on it (nlookup) or the daemon holds references (open handles). The small node ids
  * below NID_FIRST_BLOCK name the fixed files of the namespace.
@@ -59,6 +68,9 @@ struct inode {
 				   a writer opens it; table lock */
 	uint64_t resv_size;     /* size of the reservation they share; protected by the lock */
 	void *share;            /* readers: the handle they share (fs.c); table lock */
+	uint32_t pt_readers;    /* of the cached readers, those passed through; table lock */
+	uint32_t plain_readers; /* ... and those that read through the daemon; table lock */
+	int backing_id;         /* their backing file's id in the kernel, 0 if none; lock */
 	int64_t version;        /* commit time of the version shown, 0 if not bound yet */
 	struct stat snap;       /* that version's attributes, for after it is gone */
 };
@@ -101,6 +113,22 @@ int itable_add_reader(struct itable *t, struct inode *ino, int64_t version,
 		      const struct stat *st, void *mine, struct reader_grant *g);
 /* The node's handle to release if this was its last reader, else NULL. */
 void *itable_del_reader(struct itable *t, struct inode *ino, bool cached);
+
+/*
+ * How a cached reader of ino (counted by itable_add_reader()) reads: with the node's backing
+ * id if it has one; else, if no cached reader of ino reads through the daemon, with a new one
+ * from open_backing(arg) (NULL: none can be had; called with the table lock held, it returns
+ * a backing id > 0 or -errno), which the node keeps; else through the daemon. Returns the
+ * backing id the reader's open carries, or 0 (through the daemon). Either way the reader is
+ * counted until itable_pt_leave(). A passthrough reader leaves the node's page cache as it is:
+ * `purge` (itable_add_reader() said READ_PURGE) hands the purge on to the next reader that
+ * reads through the daemon.
+ */
+int itable_pt_join(struct itable *t, struct inode *ino, bool purge,
+		   int (*open_backing)(void *arg), void *arg);
+/* A cached reader of ino that itable_pt_join() gave `backing_id` is released: the backing id
+ * to close if it was the node's last passthrough reader, else 0. */
+int itable_pt_leave(struct itable *t, struct inode *ino, int backing_id);
 
 /* Make the id's current inode non-current (unlink, or a version that is gone). */
 void itable_detach(struct itable *t, const struct blockid *id);

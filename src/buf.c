@@ -1,10 +1,16 @@
 #include "src/buf.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #if defined(__SANITIZE_ADDRESS__)
 #include <sanitizer/asan_interface.h>
@@ -29,7 +35,7 @@
  * becomes empty is unmapped, or, if it is the class's last one with free slots, keeps its
  * mapping and gives its pages back (so an idle class costs no memory).
  */
-#define MMAP_MIN (256u << 10)
+#define MMAP_MIN BUF_FILE_MIN
 #define ARENA (2u << 20)
 #define NCLASS (MMAP_MIN / BUF_ALIGN)
 
@@ -200,6 +206,201 @@ static void *map_huge(size_t len, bool populate)
 	return (void *)a;
 }
 
+/*
+ * Buffers as files (buf_use_files()). Every mapped buffer is then a file of a private tmpfs,
+ * mapped shared, and named after the address of its mapping ("7f2a4c000000"): the name is
+ * unique while the mapping lives, and buf_file() finds the file from the pointer alone, with
+ * no table to keep. A name is taken only by whoever holds the mapping at that address: a file
+ * is created after its address is reserved, unlinked before its mapping goes, and renamed to
+ * its new place (reserved first) before mremap() moves it there.
+ */
+static int files_dir = -1;             /* the private tmpfs's root; -1: anonymous buffers */
+static enum buf_kind kind = BUF_ANON;
+
+static void file_name(const void *p, char name[32])
+{
+	snprintf(name, 32, "%lx", (unsigned long)(uintptr_t)p);
+}
+
+static bool as_file(size_t size)
+{
+	return files_dir >= 0 && mapped(size);
+}
+
+/* An unused range of len bytes (aligned to BUF_HUGE if it is that large), mapped PROT_NONE
+ * until a file is mapped over it; NULL if the address space is full. */
+static void *reserve_range(size_t len)
+{
+	size_t align = len >= BUF_HUGE ? BUF_HUGE : BUF_ALIGN;
+	char *m = mmap(NULL, len + align - BUF_ALIGN, PROT_NONE,
+		       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+	uintptr_t a;
+
+	if (m == MAP_FAILED)
+		return NULL;
+	a = ((uintptr_t)m + align - 1) & ~(uintptr_t)(align - 1);
+	if (a > (uintptr_t)m)
+		munmap(m, a - (uintptr_t)m);
+	if ((uintptr_t)m + len + align - BUF_ALIGN > a + len)
+		munmap((char *)a + len, (uintptr_t)m + len + align - BUF_ALIGN - a - len);
+	return (void *)a;
+}
+
+static void *file_alloc(size_t len, bool populate)
+{
+	char name[32];
+	void *a = reserve_range(len), *p;
+	int fd;
+
+	if (!a)
+		return NULL;
+	file_name(a, name);
+	fd = openat(files_dir, name, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+	if (fd < 0) {
+		munmap(a, len);
+		return NULL;
+	}
+	p = ftruncate(fd, (off_t)len) ? MAP_FAILED
+				       : mmap(a, len, PROT_READ | PROT_WRITE,
+					      MAP_SHARED | MAP_FIXED, fd, 0);
+	close(fd);
+	if (p == MAP_FAILED) {
+		unlinkat(files_dir, name, 0);
+		munmap(a, len);
+		return NULL;
+	}
+#ifdef MADV_POPULATE_WRITE
+	if (populate)
+		madvise(p, len, MADV_POPULATE_WRITE);
+#else
+	(void)populate;
+#endif
+	return p;
+}
+
+static void file_free(void *p, size_t len)
+{
+	char name[32];
+
+	file_name(p, name);
+	unlinkat(files_dir, name, 0);
+	munmap(p, len);
+}
+
+/* Grow or shrink a file buffer from ol to nl bytes (both whole pages, both mapped sizes). */
+static void *file_resize(void *p, size_t ol, size_t nl)
+{
+	char name[32], to[32];
+	void *dst, *q;
+	int fd;
+
+	file_name(p, name);
+	fd = openat(files_dir, name, O_RDWR | O_CLOEXEC);
+	if (fd < 0)
+		return NULL;
+	if (nl < ol) {
+		q = mremap(p, ol, nl, 0);
+		if (q != MAP_FAILED && ftruncate(fd, (off_t)nl))
+			q = p; /* the tail stays allocated: harmless */
+		close(fd);
+		return q == MAP_FAILED ? NULL : q;
+	}
+	dst = reserve_range(nl);
+	file_name(dst, to);
+	if (!dst || ftruncate(fd, (off_t)nl) || renameat(files_dir, name, files_dir, to)) {
+		if (dst)
+			munmap(dst, nl);
+		close(fd);
+		return NULL;
+	}
+	close(fd);
+	q = mremap(p, ol, nl, MREMAP_MAYMOVE | MREMAP_FIXED, dst);
+	if (q == MAP_FAILED) {
+		renameat(files_dir, to, files_dir, name);
+		munmap(dst, nl);
+		return NULL;
+	}
+	return q;
+}
+
+static int mount_private_tmpfs(bool huge, char *why, size_t len)
+{
+	int fs = fsopen("tmpfs", FSOPEN_CLOEXEC), mnt, rc;
+	const char *step = "fsopen";
+
+	if (fs < 0)
+		goto fail;
+	step = "fsconfig";
+	/* no size or inode limit of its own: the memory tier counts its bytes */
+	if (fsconfig(fs, FSCONFIG_SET_STRING, "size", "0", 0) ||
+	    fsconfig(fs, FSCONFIG_SET_STRING, "nr_inodes", "0", 0) ||
+	    fsconfig(fs, FSCONFIG_SET_STRING, "mode", "0700", 0) ||
+	    (huge && fsconfig(fs, FSCONFIG_SET_STRING, "huge", "within_size", 0)) ||
+	    fsconfig(fs, FSCONFIG_CMD_CREATE, NULL, NULL, 0))
+		goto fail;
+	step = "fsmount";
+	mnt = fsmount(fs, FSMOUNT_CLOEXEC, MOUNT_ATTR_NODEV | MOUNT_ATTR_NOSUID |
+					   MOUNT_ATTR_NOEXEC);
+	if (mnt < 0)
+		goto fail;
+	close(fs);
+	files_dir = mnt;
+	kind = huge ? BUF_TMPFS_HUGE : BUF_TMPFS;
+	return 0;
+fail:
+	rc = -errno;
+	snprintf(why, len, "a private tmpfs: %s: %s", step, strerror(errno));
+	if (fs >= 0)
+		close(fs);
+	return rc;
+}
+
+int buf_use_files(char *why, size_t len)
+{
+	if (files_dir >= 0)
+		return 0;
+	if (mount_private_tmpfs(true, why, len) == 0)
+		return 0;
+	return mount_private_tmpfs(false, why, len);
+}
+
+enum buf_kind buf_kind(void)
+{
+	return kind;
+}
+
+const char *buf_kind_name(enum buf_kind k)
+{
+	switch (k) {
+	case BUF_TMPFS:
+		return "tmpfs";
+	case BUF_TMPFS_HUGE:
+		return "tmpfs-huge";
+	default:
+		return "anon";
+	}
+}
+
+int buf_file(void *p, size_t cap, size_t size)
+{
+	char name[32];
+	struct stat st;
+	int fd, rc;
+
+	if (!p || !as_file(cap) || size > mapped_len(cap))
+		return -ENOTSUP;
+	file_name(p, name);
+	fd = openat(files_dir, name, O_RDWR | O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	if (fstat(fd, &st) || ((uint64_t)st.st_size != size && ftruncate(fd, (off_t)size))) {
+		rc = -errno;
+		close(fd);
+		return rc;
+	}
+	return fd;
+}
+
 void *buf_alloc(size_t size, bool populate)
 {
 	size_t len = mapped_len(size);
@@ -207,6 +408,8 @@ void *buf_alloc(size_t size, bool populate)
 
 	if (!mapped(size))
 		return slab_alloc(len);
+	if (as_file(size))
+		return file_alloc(len, populate);
 	if (len >= BUF_HUGE)
 		return map_huge(len, populate);
 	p = mmap(NULL, len, PROT_READ | PROT_WRITE,
@@ -222,6 +425,8 @@ void *buf_resize(void *p, size_t old_size, size_t new_size)
 		return buf_alloc(new_size, false);
 	if (mapped_len(old_size) == mapped_len(new_size))
 		return p;
+	if (as_file(old_size) && as_file(new_size))
+		return file_resize(p, mapped_len(old_size), mapped_len(new_size));
 	if (mapped(old_size) && mapped(new_size)) {
 		size_t ol = mapped_len(old_size), nl = mapped_len(new_size);
 
@@ -265,7 +470,9 @@ void buf_free(void *p, size_t size)
 {
 	if (!p)
 		return;
-	if (mapped(size))
+	if (as_file(size))
+		file_free(p, mapped_len(size));
+	else if (mapped(size))
 		munmap(p, mapped_len(size));
 	else
 		slab_free(p, mapped_len(size));

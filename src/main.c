@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "fs/fs.h"
+#include "src/buf.h"
 #include "src/log.h"
 #include "src/options.h"
 #include "tiers/pipeline.h"
@@ -28,6 +29,17 @@ int main(int argc, char **argv)
 	}
 	if (o.debug)
 		log_set_level(LOG_LVL_DEBUG);
+	/* passthrough needs the memory tier's blocks in files, before the first is made */
+	if (o.passthrough != PT_OFF && buf_use_files(msg, sizeof(msg))) {
+		if (o.passthrough == PT_ON) {
+			fprintf(stderr, "ucmfs: passthrough=on: block memory cannot be files of "
+					"%s\n", msg);
+			options_free(&o);
+			return 1;
+		}
+		log_info("passthrough off: block memory cannot be files of %s", msg);
+		o.passthrough = PT_OFF;
+	}
 	rc = pipeline_build(&o, &pipe);
 	if (rc) {
 		options_free(&o);

@@ -19,8 +19,8 @@ static const char usage[] =
 	"  -o mem_size=SIZE, disk_size=SIZE, block_size=SIZE, max_block=SIZE,\n"
 	"     policy=clock|lru|fifo, pipeline=cache:compress:posix, compress=none|zstd[:LEVEL],\n"
 	"     shuffle=auto|none|2|4, io=aio|psync, io_depth=N, io_timeout=DUR, ttl=DUR,\n"
-	"     durable, layout=native|ucm, readahead=SIZE, and the standard FUSE mount options\n"
-	"     (allow_other, fsname=, ...)\n"
+	"     durable, layout=native|ucm, readahead=SIZE, passthrough=auto|on|off, and the\n"
+	"     standard FUSE mount options (allow_other, fsname=, ...)\n"
 	"See ucmfs(8).\n";
 
 void options_defaults(struct ucm_options *o)
@@ -141,6 +141,7 @@ int options_apply(struct ucm_options *o, const char *opt, char *msg, size_t len)
 	static const char *const policies[] = { "clock", "lru", "fifo" };
 	static const char *const ios[] = { "aio", "psync" };
 	static const char *const layouts[] = { "native", "ucm" };
+	static const char *const passthroughs[] = { "auto", "on", "off" };
 	static const char *const shuffles[] = { "auto", "none", "2", "4" };
 	char key[64];
 	const char *eq = strchr(opt, '='), *val = eq ? eq + 1 : NULL;
@@ -235,6 +236,10 @@ int options_apply(struct ucm_options *o, const char *opt, char *msg, size_t len)
 	if (!strcmp(key, "layout")) {
 		rc = opt_word(key, val, layouts, 2, msg, len);
 		return rc < 0 ? rc : (o->layout = (enum ucm_layout)rc, 0);
+	}
+	if (!strcmp(key, "passthrough")) {
+		rc = opt_word(key, val, passthroughs, 3, msg, len);
+		return rc < 0 ? rc : (o->passthrough = (enum ucm_passthrough)rc, 0);
 	}
 	return -ENOENT;
 }
@@ -424,6 +429,7 @@ int options_parse(struct ucm_options *o, int argc, char **argv, char *msg, size_
 size_t options_format(const struct ucm_options *o, char *buf, size_t len)
 {
 	static const char *const policies[] = { "clock", "lru", "fifo" };
+	static const char *const pts[] = { "auto", "on", "off" };
 	char mem[32], disk[32], bs[32], mb[32], ra[32], store[4096] = "", ttl[32], codec[32];
 	char shuf[8];
 	size_t n;
@@ -456,11 +462,11 @@ size_t options_format(const struct ucm_options *o, char *buf, size_t len)
 			     "store=%s\nmountpoint=%s\nmem_size=%s\ndisk_size=%s\nblock_size=%s\n"
 			     "max_block=%s\npolicy=%s\npipeline=%s\ncompress=%s\nshuffle=%s\n"
 			     "io=%s\nio_depth=%u\nio_timeout=%lldms\nttl=%s\ndurable=%d\nlayout=%s\n"
-			     "readahead=%s\n",
+			     "readahead=%s\npassthrough=%s\n",
 			     o->nstores ? store : "none", o->mountpoint ? o->mountpoint : "", mem,
 			     disk, o->block_size ? bs : "unset", mb, policies[o->policy],
 			     o->pipeline, codec, shuf, o->io == IO_AIO ? "aio" : "psync",
 			     o->io_depth, (long long)o->io_timeout_ms, ttl, o->durable ? 1 : 0,
-			     o->layout == LAYOUT_NATIVE ? "native" : "ucm", ra);
+			     o->layout == LAYOUT_NATIVE ? "native" : "ucm", ra, pts[o->passthrough]);
 	return n < len ? n : len - 1;
 }

@@ -13,6 +13,7 @@ enum ucm_policy { POLICY_CLOCK, POLICY_LRU, POLICY_FIFO };
 enum ucm_io { IO_AIO, IO_PSYNC };
 enum ucm_layout { LAYOUT_NATIVE, LAYOUT_UCM };
 enum ucm_codec { CODEC_AUTO, CODEC_NONE, CODEC_ZSTD };
+enum ucm_passthrough { PT_AUTO, PT_ON, PT_OFF };
 
 #define UCM_MAX_STORES 16
 #define UCM_MAX_TIERS 4
@@ -39,6 +40,7 @@ struct ucm_options {
 	int64_t ttl_ms;      /* default TTL of new blocks; TTL_NONE = none */
 	bool durable;
 	enum ucm_layout layout;
+	enum ucm_passthrough passthrough; /* kernel reads of blocks in memory without the daemon */
 
 	bool foreground;
 	bool debug;

@@ -66,6 +66,8 @@ struct cblock {
 	bool dirty;              /* protected by c->lock */
 	bool in_policy;          /* protected by c->lock */
 	bool pool_sized;         /* its buffer came from the pool: keep its size */
+	bool exposed;            /* its buffer's file was handed out (cache_backing()): never
+				    written again nor reused; protected by c->lock */
 	uint64_t stale_end;      /* reservation: bytes below may hold someone else's data; the
 				    bytes from here on are zero */
 	bool fresh;              /* dirty, and its id has no version below (TIER_COMMIT_FRESH) */
@@ -235,7 +237,7 @@ static void unmap_later(struct cache *c, struct cblock *b, void *data, uint64_t 
  * freeing memory right now. c->lock held. */
 static void release_buffer(struct cache *c, struct cblock *b, struct freelist *fl)
 {
-	if (!c->draining && b->data) {
+	if (!c->draining && b->data && !b->exposed) {
 		struct pooled *p = b->data;
 
 		p->cap = b->cap;
@@ -259,7 +261,7 @@ static void *freelist_take(struct freelist *fl, uint64_t cap)
 	for (int i = 0; i < fl->n; i++) {
 		void *data = fl->v[i].data;
 
-		if (data && fl->v[i].cap == cap) {
+		if (data && fl->v[i].cap == cap && !(fl->v[i].b && fl->v[i].b->exposed)) {
 			fl->v[i].data = NULL; /* its cblock is still freed by freelist_run() */
 			return data;
 		}
@@ -589,6 +591,21 @@ static ssize_t cache_read(struct tier_handle *th, void *buf, size_t len, uint64_
 static const void *cache_data(struct tier_handle *th)
 {
 	return ((struct chandle *)th)->b->data;
+}
+
+static int cache_backing(struct tier_handle *th)
+{
+	struct chandle *h = (struct chandle *)th;
+	struct cache *c = cache_of(th->tier);
+	struct cblock *b = h->b;
+
+	if (h->kind == H_WRITE)
+		return -ENOTSUP;
+	/* committed: its bytes and size are final; from now on its buffer is never reused */
+	pthread_mutex_lock(&c->lock);
+	b->exposed = true;
+	pthread_mutex_unlock(&c->lock);
+	return buf_file(b->data, b->cap, b->size);
 }
 
 static int cache_stat(struct tier_handle *th, struct block_attr *attr)
@@ -1123,6 +1140,7 @@ const struct tier_ops tier_cache_ops = {
 	.open = cache_open,
 	.read = cache_read,
 	.data = cache_data,
+	.backing = cache_backing,
 	.stat = cache_stat,
 	.close = cache_close,
 	.reserve = cache_reserve,

@@ -204,6 +204,17 @@ static const void *pipe_data(struct tier_handle *th)
 	return h->kind == PH_READ ? tier_data(h->in) : NULL;
 }
 
+static int pipe_backing(struct tier_handle *th)
+{
+	struct pphandle *h = (struct pphandle *)th;
+
+	if (h->kind == PH_LOADING)
+		return load_backing(h->ld);
+	if (h->kind != PH_READ || !h->in->tier->ops->backing)
+		return -ENOTSUP;
+	return h->in->tier->ops->backing(h->in);
+}
+
 static const void *pipe_map(struct tier_handle *th, uint64_t off, size_t len)
 {
 	struct pphandle *h = (struct pphandle *)th;
@@ -902,6 +913,7 @@ const struct tier_ops tier_pipeline_ops = {
 	.open = pipe_open,
 	.read = pipe_read,
 	.data = pipe_data,
+	.backing = pipe_backing,
 	.map = pipe_map,
 	.map_start = pipe_map_start,
 	.stat = pipe_stat,

@@ -139,6 +139,9 @@ const void *load_map(struct pipeline *p, struct loading *ld, uint64_t off, size_
  * by the worker that fetches the last piece of the range), or -errno. */
 int load_map_start(struct pipeline *p, struct loading *ld, uint64_t off, size_t len,
 		   tier_map_fn done, void *arg, const void **out);
+/* The cache's backing file of the block once the load has been admitted (tier_ops.backing),
+ * else -ENOTSUP. */
+int load_backing(struct loading *ld);
 void load_stat(struct loading *ld, struct block_attr *attr);
 void load_put(struct pipeline *p, struct loading *ld);
 

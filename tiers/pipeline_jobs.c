@@ -1286,6 +1286,17 @@ const void *load_data(struct loading *ld)
 	return d;
 }
 
+int load_backing(struct loading *ld)
+{
+	struct tier_handle *rd;
+
+	pthread_mutex_lock(&ld->lock);
+	rd = ld->finished && !ld->err ? ld->rd : NULL;
+	pthread_mutex_unlock(&ld->lock);
+	/* rd lives as long as the load, which the caller holds */
+	return rd && rd->tier->ops->backing ? rd->tier->ops->backing(rd) : -ENOTSUP;
+}
+
 void load_stat(struct loading *ld, struct block_attr *attr)
 {
 	*attr = ld->a;

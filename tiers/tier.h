@@ -163,6 +163,14 @@ struct tier_ops {
 	 * until the handle is returned, or NULL if this handle's bytes are not in memory. */
 	const void *(*data)(struct tier_handle *h);
 
+	/* (memory) A new descriptor (the caller closes it) of a file that holds exactly the bytes
+	 * of this open version, for the kernel to read without the daemon (FUSE passthrough).
+	 * The file's bytes never change from then on, even after the handle is returned and the
+	 * block has left memory: whoever still maps the file keeps them. >= 0; -ENOTSUP if the
+	 * bytes are not in such a file (anonymous memory, a small block, a block not yet all in
+	 * memory, a write handle); another -errno. */
+	int (*backing)(struct tier_handle *h);
+
 	/* (pipeline) Bytes [off, off + len) of an open block in memory, fetched first if need be,
 	 * for replies without a copy: a pointer valid until the handle is returned, or NULL if
 	 * this handle cannot (then copy with read(), which also reports any error). The range

@@ -151,6 +151,8 @@ int wl_sync(const struct wl *w);
 #define RD_DIRECT 1u /* open with O_DIRECT */
 #define RD_DROP 2u   /* drop each file's page cache first (untimed): a first read reaches the
 		      * filesystem even if it keeps its cache across opens */
+#define RD_MMAP 4u   /* mmap(PROT_READ) the file after the open and copy out of the mapping
+		      * `req` bytes at a time instead of pread (munmap before the close) */
 /*
  * Read blocks with `req`-byte preads: open, one pass (timed with the open into *first, GB/s),
  * a second pass through the same descriptor if reread != NULL (GB/s), close. With min_secs 0,

@@ -13,6 +13,7 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/xattr.h>
 #include <unistd.h>
@@ -116,12 +117,18 @@ int wl_sync(const struct wl *w)
 	return rc;
 }
 
-static int read_pass(int fd, char *buf, size_t req, uint64_t bsize, const char *path)
+/* One pass over a block: preads of fd, or copies out of its mapping map (if not NULL). */
+static int read_pass(int fd, const char *map, char *buf, size_t req, uint64_t bsize,
+		     const char *path)
 {
 	for (uint64_t off = 0; off < bsize; off += req) {
 		size_t len = bsize - off < req ? (size_t)(bsize - off) : req;
-		int rc = pread_full(fd, buf, len, off, path);
+		int rc = 0;
 
+		if (map)
+			memcpy(buf, map + off, len);
+		else
+			rc = pread_full(fd, buf, len, off, path);
 		if (rc)
 			return rc;
 	}
@@ -145,7 +152,7 @@ int wl_read(const struct wl *w, unsigned flags, size_t req, double min_secs, dou
 	    double *reread)
 {
 	char path[PATH_MAX];
-	char *buf = buf_alloc(req);
+	char *buf = buf_alloc(req), *map = NULL;
 	double t1 = 0, t2 = 0, t;
 	uint64_t i;
 	int fd, rc = 0;
@@ -162,13 +169,24 @@ int wl_read(const struct wl *w, unsigned flags, size_t req, double min_secs, dou
 			rc = bench_fail(errno, "open %s", path);
 			break;
 		}
-		rc = read_pass(fd, buf, req, w->bsize, path);
+		if (flags & RD_MMAP) {
+			map = mmap(NULL, w->bsize, PROT_READ, MAP_SHARED, fd, 0);
+			if (map == MAP_FAILED) {
+				rc = bench_fail(errno, "mmap %s", path);
+				close(fd);
+				break;
+			}
+		}
+		rc = read_pass(fd, map, buf, req, w->bsize, path);
 		t1 += now_s() - t;
 		if (rc == 0 && reread) {
 			t = now_s();
-			rc = read_pass(fd, buf, req, w->bsize, path);
+			rc = read_pass(fd, map, buf, req, w->bsize, path);
 			t2 += now_s() - t;
 		}
+		if (map)
+			munmap(map, w->bsize);
+		map = NULL;
 		close(fd);
 	}
 	free(buf);
@@ -463,7 +481,7 @@ static int mixed_read_one(struct mixed_thread *t, char *buf, uint64_t *rng)
 	fd = open(path, O_RDONLY | O_DIRECT);
 	if (fd < 0)
 		return bench_fail(errno, "open %s", path);
-	rc = read_pass(fd, buf, REQ_SIZE, w->bsize, path);
+	rc = read_pass(fd, NULL, buf, REQ_SIZE, w->bsize, path);
 	close(fd);
 	return rc;
 }

@@ -100,9 +100,9 @@ static void fill_entry(const char *name, struct fuse_entry_param *e)
 static void nf_init(void *userdata, struct fuse_conn_info *conn)
 {
 	(void)userdata;
-	conn->want &= ~(FUSE_CAP_AUTO_INVAL_DATA | FUSE_CAP_READDIRPLUS);
-	if (conn->capable & FUSE_CAP_ATOMIC_O_TRUNC)
-		conn->want |= FUSE_CAP_ATOMIC_O_TRUNC;
+	fuse_unset_feature_flag(conn, FUSE_CAP_AUTO_INVAL_DATA);
+	fuse_unset_feature_flag(conn, FUSE_CAP_READDIRPLUS);
+	fuse_set_feature_flag(conn, FUSE_CAP_ATOMIC_O_TRUNC);
 	conn->max_write = MAX_REQUEST;
 	conn->max_readahead = nf.readahead > MAX_REQUEST ? (unsigned)nf.readahead : MAX_REQUEST;
 	conn->time_gran = 1;

@@ -5,14 +5,17 @@
 #   tools/setup.sh test   install what is missing, build (-Werror, again with ASan+UBSan, and
 #                         with TSan, and the fuzz targets with clang), run every test; the
 #                         last line is "N passed, N failed"
+#   tools/setup.sh deps   only install what is missing (packages, libfuse >= 3.17)
 #
 # Packages come from Debian only, installed with apt-get when missing (as root, or via sudo).
+# libfuse >= 3.17 (FUSE passthrough) is the system's where it has one (Debian 13); on Debian 12
+# it is built from Debian 13's own source package into deps/ (see need_libfuse below).
 set -eu
 
 cd "$(dirname "$0")/.."
 top=$(pwd)
 
-PKGS="gcc libc6-dev libfuse3-dev fuse3 libzstd-dev libaio-dev libxxhash-dev check meson \
+PKGS="gcc libc6-dev libfuse3-dev fuse3 dpkg-dev libzstd-dev libaio-dev libxxhash-dev check meson \
 ninja-build pkg-config fio attr python3"
 # the tests also check /.ucm/stats with promtool (Debian's prometheus package) and fuzz the
 # parsers and decoders with clang's libFuzzer (libclang-rt-dev holds its runtime)
@@ -46,6 +49,44 @@ quiet() {
 	}
 }
 
+# libfuse >= 3.17 for the daemon. The system's when it is new enough; else Debian 13's fuse3
+# source package, fetched with `apt-get source` through an apt configuration of its own under
+# deps/apt (its own sources list, lists and cache: the system's apt sources, lists and packages
+# are never changed) and built with meson into deps/fuse3 as a static library. meson.build
+# finds it there by itself; the system's fusermount3 stays the mount helper.
+FUSE_MIN=3.17
+FUSE_SUITE=trixie
+need_libfuse() {
+	pkg-config --atleast-version=$FUSE_MIN fuse3 2>/dev/null && return 0
+	pc="$top/deps/fuse3/lib/pkgconfig"
+	PKG_CONFIG_PATH=$pc pkg-config --atleast-version=$FUSE_MIN fuse3 2>/dev/null && return 0
+	apt="$top/deps/apt"
+	mkdir -p "$apt/lists/partial" "$apt/cache/archives/partial" "$apt/sources.list.d" \
+		"$top/deps/src"
+	echo "deb-src [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg]" \
+		"http://deb.debian.org/debian $FUSE_SUITE main" >"$apt/sources.list"
+	# every path apt writes to is under deps/apt; it reads the system's dpkg status only
+	set -- -o "Dir::Etc::SourceList=$apt/sources.list" \
+		-o "Dir::Etc::SourceParts=$apt/sources.list.d" -o "Dir::State::Lists=$apt/lists" \
+		-o "Dir::Cache=$apt/cache" -o "Dir::Cache::pkgcache=" -o "Dir::Cache::srcpkgcache=" \
+		-o "APT::Sandbox::User=root" -q
+	say "fetching libfuse >= $FUSE_MIN: Debian $FUSE_SUITE's fuse3 source package into deps/src"
+	quiet apt-get "$@" update
+	rm -rf "$top/deps/src"/fuse*
+	(cd "$top/deps/src" && quiet apt-get "$@" source fuse3)
+	src=$(find "$top/deps/src" -mindepth 1 -maxdepth 1 -type d -name 'fuse*' | head -n 1)
+	[ -n "$src" ] || {
+		say "apt-get source fuse3 left no source tree in deps/src"
+		return 1
+	}
+	say "building $(basename "$src") into deps/fuse3 (static library only)"
+	rm -rf "$top/deps/build-fuse3" "$top/deps/fuse3"
+	quiet meson setup "$top/deps/build-fuse3" "$src" --prefix="$top/deps/fuse3" \
+		--libdir=lib --default-library=static --buildtype=release -Dutils=false \
+		-Dexamples=false -Dtests=false -Dinitscriptdir= -Duseroot=false
+	quiet ninja -C "$top/deps/build-fuse3" install
+}
+
 # build DIR [meson options...]: configure once, then (re)configure the options and compile
 build() {
 	dir=$1
@@ -60,6 +101,7 @@ build() {
 
 cmd_run() {
 	install_missing
+	need_libfuse
 	say "building"
 	build build
 	mkdir -p store mnt
@@ -120,6 +162,7 @@ cmd_test() {
 	export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1
 	export UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
 	install_missing "$TEST_PKGS"
+	need_libfuse
 	say "building build/ (-Werror)"
 	build build -Dwerror=true
 	say "building build-asan/ (ASan+UBSan, invariant checks, -Werror)"
@@ -134,7 +177,7 @@ cmd_test() {
 	fi
 	quiet ninja -C build-fuzz fuzz-targets
 	say "tests: build/"
-	run_suites build --suite unit --suite mount
+	run_suites build --suite unit --suite mount --suite mount-off
 	say "tests: build-asan/ (ASan+UBSan)"
 	run_suites build-asan --suite unit --suite fault --suite mount --timeout-multiplier 3
 	say "tests: build-tsan/ (TSan: the suites that run threads)"
@@ -150,10 +193,14 @@ cmd_test() {
 }
 
 case "${1:-}" in
+deps)
+	install_missing
+	need_libfuse
+	;;
 run) cmd_run ;;
 test) cmd_test ;;
 *)
-	echo "usage: tools/setup.sh run|test" >&2
+	echo "usage: tools/setup.sh run|test|deps" >&2
 	exit 2
 	;;
 esac

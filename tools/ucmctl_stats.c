@@ -386,9 +386,10 @@ static void print_stat(const char *mnt, const struct stats *st)
 	       num(get(st, "ucmfs_dumps_total", ""), e, sizeof(e)),
 	       num(get(st, "ucmfs_dump_errors_total", ""), f, sizeof(f)),
 	       fmt_seconds(hist_quantile(st, NULL, "ucmfs_dump_seconds", 0.99), g, sizeof(g)));
-	printf("%-13s read %s in %s opens, written %s, %s queries (p99 %s)\n", "traffic",
-	       bytes_or_dash(get(st, "ucmfs_read_bytes_total", ""), a, sizeof(a)),
+	printf("%-13s read %s in %s opens (%s passed through), written %s, %s queries (p99 %s)\n",
+	       "traffic", bytes_or_dash(get(st, "ucmfs_read_bytes_total", ""), a, sizeof(a)),
 	       num(get(st, "ucmfs_opens_total", ""), b, sizeof(b)),
+	       num(get(st, "ucmfs_passthrough_opens_total", ""), f, sizeof(f)),
 	       bytes_or_dash(get(st, "ucmfs_write_bytes_total", ""), c, sizeof(c)),
 	       num(get(st, "ucmfs_queries_total", ""), d, sizeof(d)),
 	       fmt_seconds(hist_quantile(st, NULL, "ucmfs_query_seconds", 0.99), e, sizeof(e)));

@@ -13,7 +13,9 @@ stuck in the kernel after its time is up (a request to a dead daemon fails with 
 
 Environment: UCMFS_BIN (the daemon; default: the build directory's ucmfs), UCMFS_TEST_SLOW
 (a factor for every timeout, e.g. 3 under a sanitizer; default 1), UCMFS_TEST_KEEP=1 (keep
-each case's temporary directory: STORE and daemon logs).
+each case's temporary directory: STORE and daemon logs), UCMFS_TEST_OPTS (options added to
+every Mount's, unless the case sets that option itself: passthrough=off runs every case on
+the path through the daemon).
 Run one case: python3 tests/mount/basic.py touch
 """
 import contextlib
@@ -349,6 +351,14 @@ def crc(data):
     return len(data), zlib.crc32(data)
 
 
+def with_test_opts(opts):
+    """opts plus those of UCMFS_TEST_OPTS whose key opts does not set already."""
+    keys = {o.split('=', 1)[0] for o in opts.split(',') if o}
+    extra = [o for o in os.environ.get('UCMFS_TEST_OPTS', '').split(',')
+             if o and o.split('=', 1)[0] not in keys]
+    return ','.join([o for o in opts.split(',') if o] + extra)
+
+
 class Mount:
     """A ucmfs daemon mounted on a fresh temporary directory (STORE and mountpoint inside).
 
@@ -399,8 +409,9 @@ class Mount:
         self.nstarts += 1
         self.log = os.path.join(self.tmp, 'daemon%d.log' % self.nstarts)
         args = [daemon_bin(), '-f']
-        if self.opts:
-            args += ['-o', self.opts]
+        opts = with_test_opts(self.opts)
+        if opts:
+            args += ['-o', opts]
         args += [self.store, self.mnt]
         with open(self.log, 'wb') as logf:
             self.proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=logf,

@@ -1,8 +1,14 @@
 /* Block buffers (src/buf.h): zeroed, page-aligned, disjoint, resizable, reused after free. */
+#include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "src/buf.h"
 #include "tests/unit/unit.h"
@@ -183,6 +189,89 @@ START_TEST(test_buf_threads)
 }
 END_TEST
 
+/* --- buffers as files of a private tmpfs (buf_use_files(); needs CAP_SYS_ADMIN) --------- */
+
+static bool have_files;
+
+/* Checked fixture (in the test's child): switch this process to file buffers. As root it
+ * must work; elsewhere the tests of this case check nothing and say so. */
+static void files_setup(void)
+{
+	char why[256] = "";
+	int rc = buf_use_files(why, sizeof(why));
+
+	if (rc && geteuid() == 0)
+		ck_abort_msg("buf_use_files as root: %s", why);
+	have_files = rc == 0;
+	if (!have_files)
+		fprintf(stderr, "buf files: not root, nothing checked (%s)\n", why);
+}
+
+/* The file of a buffer reads as exactly its bytes, cut to the size asked; its pages stay
+ * with whoever maps it after the buffer is freed. */
+START_TEST(test_buf_file_reads_the_bytes)
+{
+	const size_t cap = 4u << 20, size = (3u << 20) + 5;
+	unsigned char *p, *m;
+	struct stat st;
+	int fd;
+
+	if (!have_files)
+		return;
+	ck_assert_int_ne(buf_kind(), BUF_ANON);
+	p = buf_alloc(cap, true);
+	ck_assert_ptr_nonnull(p);
+	for (size_t i = 0; i < cap; i++)
+		p[i] = (unsigned char)(i * 7 + 1);
+	ck_assert_int_eq(buf_file(p, 4096, 4096), -ENOTSUP); /* a slab-sized buffer */
+	fd = buf_file(p, cap, size);
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_eq(fstat(fd, &st), 0);
+	ck_assert_uint_eq((uint64_t)st.st_size, size);
+	m = mmap(NULL, size, PROT_READ, MAP_SHARED, fd, 0);
+	ck_assert_ptr_ne(m, MAP_FAILED);
+	close(fd);
+	buf_free(p, cap);
+	/* another buffer at the same address must not take over the mapped file's pages */
+	p = buf_alloc(cap, false);
+	memset(p, 0xee, cap);
+	for (size_t i = 0; i < size; i++)
+		UT_CHECK(m[i] == (unsigned char)(i * 7 + 1), "byte %zu of a freed buffer's file "
+			 "changed", i);
+	munmap(m, size);
+	buf_free(p, cap);
+}
+END_TEST
+
+/* A growing file buffer keeps its file: buf_file() after resizes still finds it. */
+START_TEST(test_buf_file_after_resize)
+{
+	size_t cur = 300000;
+	unsigned char *p = buf_alloc(cur, false), *back;
+	static const size_t steps[] = { 1u << 20, (4u << 20) + 4097, 3u << 20 };
+	int fd;
+
+	if (!have_files) {
+		buf_free(p, cur);
+		return;
+	}
+	for (size_t k = 0; k < sizeof(steps) / sizeof(steps[0]); k++) {
+		p = buf_resize(p, cur, steps[k]);
+		ck_assert_ptr_nonnull(p);
+		cur = steps[k];
+		memset(p, (int)k + 1, cur);
+	}
+	fd = buf_file(p, cur, cur);
+	ck_assert_int_ge(fd, 0);
+	back = malloc(cur);
+	ck_assert_int_eq(pread(fd, back, cur, 0), (ssize_t)cur);
+	UT_CHECK(all_byte(back, cur, 3), "the file of a resized buffer holds other bytes");
+	free(back);
+	close(fd);
+	buf_free(p, cur);
+}
+END_TEST
+
 Suite *buf_suite(void)
 {
 	Suite *s = suite_create("buf");
@@ -194,5 +283,16 @@ Suite *buf_suite(void)
 	tcase_add_test(core, test_buf_resize_across_huge);
 	tcase_add_test(core, test_buf_threads);
 	suite_add_tcase(s, core);
+	/* the same, with large buffers as files, and what only files do */
+	TCase *files = ut_tcase("files", UT_TIMEOUT);
+
+	tcase_add_checked_fixture(files, files_setup, NULL);
+	tcase_add_test(files, test_buf_sizes);
+	tcase_add_test(files, test_buf_resize);
+	tcase_add_test(files, test_buf_resize_across_huge);
+	tcase_add_test(files, test_buf_threads);
+	tcase_add_test(files, test_buf_file_reads_the_bytes);
+	tcase_add_test(files, test_buf_file_after_resize);
+	suite_add_tcase(s, files);
 	return s;
 }
