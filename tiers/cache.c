@@ -598,14 +598,19 @@ static int cache_backing(struct tier_handle *th)
 	struct chandle *h = (struct chandle *)th;
 	struct cache *c = cache_of(th->tier);
 	struct cblock *b = h->b;
+	int fd;
 
 	if (h->kind == H_WRITE)
 		return -ENOTSUP;
-	/* committed: its bytes and size are final; from now on its buffer is never reused */
-	pthread_mutex_lock(&c->lock);
-	b->exposed = true;
-	pthread_mutex_unlock(&c->lock);
-	return buf_file(b->data, b->cap, b->size);
+	/* committed: its bytes and size are final; the handle keeps the buffer alive */
+	fd = buf_file(b->data, b->cap, b->size);
+	if (fd >= 0) {
+		/* from now on the file is the kernel's too: never written or reused again */
+		pthread_mutex_lock(&c->lock);
+		b->exposed = true;
+		pthread_mutex_unlock(&c->lock);
+	}
+	return fd;
 }
 
 static int cache_stat(struct tier_handle *th, struct block_attr *attr)

@@ -46,8 +46,8 @@ static void floors_once(const struct pool *p, uint64_t n)
 
 struct size_figs {
 	struct fig memcpy, null_w_bps, null_w, null_rd, null_rd2, null_rb;
-	struct fig plain_w, plain_wf, plain_hot, plain_re, plain_cold, plain_cold_d;
-	struct fig w_bps, w, w_disk, hot_d1, hot_d2, hot_b1, hot_b2;
+	struct fig plain_w, plain_wf, plain_hot, plain_re, plain_cold, plain_cold_d, plain_mmap;
+	struct fig w_bps, w, w_disk, hot_d1, hot_d2, hot_b1, hot_b2, hot_mmap;
 	struct fig cold_d, cold_b, shard[2], stored;
 };
 
@@ -106,6 +106,10 @@ static void size_plain(struct wl *w, struct size_figs *f)
 			     &f->plain_re.v);
 	fig_set(&f->plain_hot, rc, f->plain_hot.v);
 	fig_set(&f->plain_re, rc, f->plain_re.v);
+	/* the same files, in the page cache, read through a mapping */
+	if (rc == 0)
+		rc = wl_read(w, RD_MMAP, REQ_SIZE, R.c.min_secs, &x, NULL);
+	fig_set(&f->plain_mmap, rc, x);
 	/* cold: the whole page cache dropped if root, each file's in any case */
 	if (rc == 0 && R.can_drop)
 		drop_caches();
@@ -221,11 +225,11 @@ static void size_ucmfs(struct wl *w, struct size_figs *f, bool first)
 	}
 	if (!wrote) {
 		struct fig *rest[] = { &f->w_disk, &f->hot_d1, &f->hot_d2, &f->hot_b1, &f->hot_b2,
-				       &f->cold_d, &f->cold_b, &f->shard[0], &f->shard[1],
-				       &f->stored, &R.mx[0], &R.mx[1], &R.mx[2], &R.mx[3],
-				       &R.mx[4] };
+				       &f->hot_mmap, &f->cold_d, &f->cold_b, &f->shard[0],
+				       &f->shard[1], &f->stored, &R.mx[0], &R.mx[1], &R.mx[2],
+				       &R.mx[3], &R.mx[4] };
 
-		skip_all(rest, first ? 15 : 10, "skipped: the ucmfs write phase failed");
+		skip_all(rest, first ? 16 : 11, "skipped: the ucmfs write phase failed");
 	}
 	if (!null_up) {
 		struct fig *rest[] = { &f->null_rd, &f->null_rd2, &f->null_rb, &R.nmx[0],
@@ -237,6 +241,9 @@ static void size_ucmfs(struct wl *w, struct size_figs *f, bool first)
 	phase_start("hot reads: ucmfs and nullfs");
 	hot_pair(wrote ? w : NULL, null_up ? &nw : NULL, f);
 	if (wrote) {
+		/* through a mapping: with passthrough, the memory tier's file itself */
+		rc = wl_read(w, RD_MMAP, REQ_SIZE, R.c.min_secs, &x, NULL);
+		fig_set(&f->hot_mmap, rc, x);
 		rc = wl_stored_ratio(w, &x);
 		fig_set(&f->stored, rc, x);
 	}
@@ -305,6 +312,8 @@ static void size_rows(const struct wl *w, const struct size_figs *f)
 	    ROW_RATE, "nullfs 1M buffered read%.0s", &f->null_rb);
 	ROW("hot.buffered_reread", "hot read %s, 1M buffered, re-read", &f->hot_b2, "GB/s",
 	    ROW_RATE, "page cache re-read, plain file%.0s", &f->plain_re);
+	ROW("hot.mmap", "hot read %s, mmap, copied out by 1M", &f->hot_mmap, "GB/s", ROW_RATE,
+	    "mmap of a plain file, page cache%.0s", &f->plain_mmap);
 	ROW("cold.direct", "cold read %s, 1M O_DIRECT", &f->cold_d, "GB/s", ROW_RATE,
 	    "raw disk read 1M O_DIRECT%.0s", &R.disk_r);
 	ROW("cold.buffered", "cold read %s, 1M buffered", &f->cold_b, "GB/s", ROW_RATE,

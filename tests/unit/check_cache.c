@@ -9,6 +9,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "src/buf.h"
 #include "src/clock.h"
@@ -710,6 +713,104 @@ START_TEST(test_cache_evicted_buffer_reused)
 }
 END_TEST
 
+/* --- block memory in files (buf_use_files(): passthrough) -------------------------------- */
+
+static bool have_files;
+
+static void files_setup(void)
+{
+	char why[256] = "";
+	int rc = buf_use_files(why, sizeof(why));
+
+	if (rc && geteuid() == 0)
+		ck_abort_msg("buf_use_files as root: %s", why);
+	have_files = rc == 0;
+	if (!have_files)
+		fprintf(stderr, "cache files: not root, nothing checked (%s)\n", why);
+}
+
+/* A committed block's backing file reads as exactly its bytes; a reservation and a block
+ * too small for a file of its own have none. */
+START_TEST(test_cache_backing_reads_the_block)
+{
+	const uint64_t size = 3 * 1024 * KB + 5;
+	struct tier *t = tu_cache(16 * 1024 * KB, 0);
+	struct blockid a = bid(0), b = bid(1), c = bid(2);
+	struct tier_handle *h;
+	struct stat st;
+	char *back = malloc(size);
+	int fd;
+
+	if (!have_files)
+		goto out;
+	ck_assert_int_eq(tu_put(t, &a, 1, size, 0, 0, 0), 0);
+	ck_assert_int_eq(tu_put(t, &b, 2, BLK, 0, 0, 0), 0);
+	ck_assert_int_eq(t->ops->open(t, &a, 0, &h), 0);
+	fd = t->ops->backing(h);
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_eq(fstat(fd, &st), 0);
+	ck_assert_uint_eq((uint64_t)st.st_size, size);
+	ck_assert_int_eq(pread(fd, back, size, 0), (ssize_t)size);
+	ck_assert_int_eq(ut_diff(&a, 1, back, size, 0), -1);
+	close(fd);
+	tier_close(h);
+	ck_assert_int_eq(t->ops->open(t, &b, 0, &h), 0);
+	ck_assert_int_eq(t->ops->backing(h), -ENOTSUP);
+	tier_close(h);
+	ck_assert_int_eq(t->ops->reserve(t, &c, 0, size, &h), 0);
+	ck_assert_int_eq(t->ops->backing(h), -ENOTSUP);
+	t->ops->abort(h);
+out:
+	free(back);
+	tier_destroy(t);
+}
+END_TEST
+
+/* A block whose file was handed out and mapped is evicted: its buffer is not given to the
+ * next reservation (which would write into the mapped file), and the mapping keeps its
+ * bytes. */
+START_TEST(test_cache_exposed_buffer_never_reused)
+{
+	const uint64_t size = 4096 * KB;
+	struct tier *t = tu_cache(2 * size, 0);
+	struct blockid a = bid(0), b = bid(1), c = bid(2);
+	struct block_meta m = tu_meta(size, 0);
+	struct tier_handle *h;
+	const char *old;
+	char *map;
+	int fd;
+
+	if (!have_files) {
+		tier_destroy(t);
+		return;
+	}
+	ck_assert_int_eq(tu_put(t, &a, 1, size, 0, 0, 0), 0);
+	ck_assert_int_eq(tu_put(t, &b, 2, size, 0, 0, 0), 0);
+	ck_assert_int_eq(t->ops->open(t, &a, 0, &h), 0);
+	old = tier_data(h);
+	fd = t->ops->backing(h);
+	ck_assert_int_ge(fd, 0);
+	map = mmap(NULL, size, PROT_READ, MAP_SHARED, fd, 0);
+	ck_assert_ptr_ne(map, MAP_FAILED);
+	close(fd);
+	tier_close(h);
+	ck_assert_int_eq(t->ops->touch(t, &b), 0); /* a is the coldest */
+	ck_assert_int_eq(t->ops->reserve(t, &c, 0, size, &h), 0);
+	ck_assert_msg(!present(t, 0), "no block was evicted for the third one");
+	ck_assert_int_eq(tu_write(h, &c, 3, 0, size), (ssize_t)size);
+	ck_assert_int_eq(t->ops->commit(h, &m, 0, NULL), 0);
+	ck_assert_double_eq(metric(t, "ucmfs_mem_buffers_reused_total"), 0);
+	ck_assert_int_eq(t->ops->open(t, &c, 0, &h), 0);
+	ck_assert_msg(tier_data(h) != old || ut_diff(&a, 1, map, size, 0) == -1,
+		      "the evicted block's file was written by the next reservation");
+	tier_close(h);
+	ck_assert_int_eq(ut_diff(&a, 1, map, size, 0), -1);
+	munmap(map, size);
+	tu_expect(t, &c, 3, size);
+	tier_destroy(t);
+}
+END_TEST
+
 /* --- concurrency ------------------------------------------------------------------------- */
 
 #define POOL_IDS 24
@@ -908,5 +1009,16 @@ Suite *cache_suite(void)
 	suite_add_tcase(s, core);
 	suite_add_tcase(s, errors);
 	suite_add_tcase(s, conc);
+	/* memory in files: what passthrough relies on, and the core cases again on it */
+	TCase *files = ut_tcase("files", UT_TIMEOUT);
+
+	tcase_add_checked_fixture(files, files_setup, NULL);
+	tcase_add_test(files, test_cache_backing_reads_the_block);
+	tcase_add_test(files, test_cache_exposed_buffer_never_reused);
+	tcase_add_test(files, test_cache_evicted_buffer_reused);
+	tcase_add_test(files, test_cache_accounting);
+	tcase_add_test(files, test_cache_data_aligned);
+	tcase_add_test(files, test_cache_truncate_grows_with_zeros);
+	suite_add_tcase(s, files);
 	return s;
 }
