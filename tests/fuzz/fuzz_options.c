@@ -66,6 +66,7 @@ static void check_consistent(const struct ucm_options *o)
 	/* a deadline now + ttl must not wrap on any clock (at most 2^62 ns) */
 	CHECK(o->ttl_ms == TTL_NONE || (o->ttl_ms > 0 && o->ttl_ms <= INT64_MAX / 2 / 1000000));
 	CHECK(o->layout == LAYOUT_NATIVE || o->layout == LAYOUT_UCM);
+	CHECK(o->passthrough == PT_AUTO || o->passthrough == PT_ON || o->passthrough == PT_OFF);
 	if (o->layout == LAYOUT_UCM)
 		CHECK(!strstr(o->pipeline, "compress") && o->codec != CODEC_ZSTD);
 	CHECK(memchr(o->fuse_opts, '\0', sizeof(o->fuse_opts)) != NULL);
@@ -90,7 +91,7 @@ static void check_format_sizes(const struct ucm_options *o, const char *full, si
 
 /* The lines of options_format() after store= and mountpoint= (whose values are paths that
  * may hold newlines): one per option. */
-#define OPTION_LINES 15
+#define OPTION_LINES 16
 
 /*
  * Turn the effective configuration back into a command line and parse it: the same text.

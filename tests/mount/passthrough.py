@@ -125,6 +125,14 @@ def test_mmap_reads_committed_bytes():
             write_file(m.path(rand_id()), pattern(4 * MiB, 50 + i))
         same(mp[:], data, 'mmap read after rm and 48 MiB of other blocks')
         mp.close()
+        # a writer's reservation cannot be mapped: its writes must reach the daemon
+        fd = os.open(m.path(rand_id()), os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            os.ftruncate(fd, MiB)
+            expect_errno(errno.ENODEV, mmap.mmap, fd, MiB)
+            os.write(fd, pattern(MiB, 5))
+        finally:
+            os.close(fd)
 
 
 def test_replaced_never_stale():
