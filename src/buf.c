@@ -401,6 +401,46 @@ int buf_file(void *p, size_t cap, size_t size)
 	return fd;
 }
 
+int buf_reclaim(void *p, size_t cap)
+{
+	size_t len = mapped_len(cap);
+	char name[32];
+	int fd, rc = 0;
+
+	if (!p || !as_file(cap)) {
+		buf_free(p, cap);
+		return -ENOTSUP;
+	}
+	file_name(p, name);
+	/* our own mapping holds the file too: swap it for an empty range at the same place */
+	if (mmap(p, len, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1,
+		 0) == MAP_FAILED) {
+		rc = -errno;
+		file_free(p, len);
+		return rc;
+	}
+	fd = openat(files_dir, name, O_RDWR | O_CLOEXEC);
+	if (fd < 0)
+		rc = -errno;
+	/* a write lease is granted only to the file's one opener: nobody else reads or maps it
+	 * (a mapping keeps its file open) */
+	else if (fcntl(fd, F_SETLEASE, F_WRLCK))
+		rc = errno == EAGAIN ? -EBUSY : -errno;
+	else
+		fcntl(fd, F_SETLEASE, F_UNLCK);
+	/* whole again (buf_file() cut it to the block's size), and mapped as before */
+	if (rc == 0 && ftruncate(fd, (off_t)len))
+		rc = -errno;
+	if (rc == 0 &&
+	    mmap(p, len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd, 0) == MAP_FAILED)
+		rc = -errno;
+	if (fd >= 0)
+		close(fd);
+	if (rc)
+		file_free(p, len); /* unlinked: its pages stay with those who map it */
+	return rc;
+}
+
 void *buf_alloc(size_t size, bool populate)
 {
 	size_t len = mapped_len(size);

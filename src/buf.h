@@ -61,4 +61,14 @@ const char *buf_kind_name(enum buf_kind kind);
  */
 int buf_file(void *p, size_t cap, size_t size);
 
+/*
+ * Take back a buffer of cap bytes whose file buf_file() handed out, if nobody else has that
+ * file open or mapped any more (the kernel grants a write lease on it): 0, and p is an
+ * ordinary buffer again (holding stale bytes). Otherwise -EBUSY (or another -errno) and p has
+ * been freed as by buf_free(). Someone who may still get the file (a kernel backing id, an
+ * open descriptor the caller knows of) must be gone first: only one who has it already is
+ * seen.
+ */
+int buf_reclaim(void *p, size_t cap);
+
 #endif

@@ -35,7 +35,10 @@
  * Memory is reused rather than faulted in again: a buffer freed while no room is being made
  * (a block removed or replaced) goes to a pool that later reservations take from, and a
  * reservation that evicts takes over the buffer of a victim of its own size. Both hold
- * another block's bytes, which zero_stale() keeps from ever being read.
+ * another block's bytes, which zero_stale() keeps from ever being read. A buffer whose file
+ * was handed to the kernel (cache_backing(), for passthrough) is never written while its
+ * block lives, and goes back to the pool only once nobody else holds the file: a process
+ * may still map it after its close (reclaim_buffer()).
  *
  * Locking: one mutex, c->lock, protects everything above. It is never held across a call
  * into another tier or the policy's caller; buffers are freed after it is dropped.
@@ -117,6 +120,7 @@ struct cache {
 	bool dumps_stuck;              /* no dirty block becomes clean soon; protected by lock */
 	counter_t hits, misses, evictions, expirations, bytes_in;
 	counter_t reused;              /* reservations given a freed block's buffer */
+	counter_t reclaimed;           /* handed-out buffers taken back (reclaim_buffer()) */
 };
 
 #define CB(n) ((struct cblock *)((char *)(n) - offsetof(struct cblock, node)))
@@ -199,6 +203,7 @@ struct freelist {
 		struct cblock *b; /* may be NULL: a pooled buffer */
 		void *data;
 		uint64_t cap;
+		bool reclaim;     /* its file was handed out: back to the pool if nobody holds it */
 	} v[8];
 	int n;
 };
@@ -208,24 +213,62 @@ static bool freelist_full(const struct freelist *fl)
 	return fl->n == (int)(sizeof(fl->v) / sizeof(fl->v[0]));
 }
 
-static void freelist_run(struct freelist *fl)
+static void pool_push(struct cache *c, void *data, uint64_t cap)
+{
+	struct pooled *p = data;
+
+	p->cap = cap;
+	p->next = c->pool;
+	c->pool = p;
+	c->pool_bytes += cap;
+}
+
+/*
+ * A buffer whose file was handed to the kernel (cache_backing()) goes back to the pool only
+ * once nobody else holds that file (buf_reclaim(): no reader's descriptor, no mapping left),
+ * and only if there is room for it; else it is freed, its pages left to whoever maps them.
+ * Called without c->lock.
+ */
+static void reclaim_buffer(struct cache *c, void *data, uint64_t cap)
+{
+	if (buf_reclaim(data, cap))
+		return; /* freed */
+	pthread_mutex_lock(&c->lock);
+	if (!c->draining && c->used + cap <= c->capacity) {
+		c->used += cap;
+		pool_push(c, data, cap);
+		data = NULL;
+	}
+	pthread_mutex_unlock(&c->lock);
+	if (data)
+		buf_free(data, cap);
+	else
+		counter_add(&c->reclaimed, 1);
+}
+
+static void freelist_run(struct cache *c, struct freelist *fl)
 {
 	for (int i = 0; i < fl->n; i++) {
-		buf_free(fl->v[i].data, fl->v[i].cap);
+		if (fl->v[i].reclaim && fl->v[i].data)
+			reclaim_buffer(c, fl->v[i].data, fl->v[i].cap);
+		else
+			buf_free(fl->v[i].data, fl->v[i].cap);
 		free(fl->v[i].b);
 	}
 	fl->n = 0;
 }
 
-/* Give a buffer back to the system (later, if fl has room). c->lock held. */
+/* Give a buffer back to the system (later, if fl has room; with reclaim, maybe to the pool
+ * again, see reclaim_buffer()). c->lock held. */
 static void unmap_later(struct cache *c, struct cblock *b, void *data, uint64_t cap,
-			struct freelist *fl)
+			struct freelist *fl, bool reclaim)
 {
 	c->used -= cap;
 	if (fl && !freelist_full(fl)) {
 		fl->v[fl->n].b = b;
 		fl->v[fl->n].data = data;
 		fl->v[fl->n].cap = cap;
+		fl->v[fl->n].reclaim = reclaim;
 		fl->n++;
 	} else {
 		buf_free(data, cap);
@@ -238,16 +281,11 @@ static void unmap_later(struct cache *c, struct cblock *b, void *data, uint64_t 
 static void release_buffer(struct cache *c, struct cblock *b, struct freelist *fl)
 {
 	if (!c->draining && b->data && !b->exposed) {
-		struct pooled *p = b->data;
-
-		p->cap = b->cap;
-		p->next = c->pool;
-		c->pool = p;
-		c->pool_bytes += b->cap;
+		pool_push(c, b->data, b->cap);
 		free(b);
 		return;
 	}
-	unmap_later(c, b, b->data, b->cap, fl);
+	unmap_later(c, b, b->data, b->cap, fl, b->exposed && !c->draining);
 }
 
 /*
@@ -405,10 +443,10 @@ static int make_room_draining(struct cache *c, uint64_t need, bool wait, struct 
 
 		if (freelist_full(fl)) {
 			pthread_mutex_unlock(&c->lock);
-			freelist_run(fl);
+			freelist_run(c, fl);
 			pthread_mutex_lock(&c->lock);
 		}
-		unmap_later(c, NULL, p, p->cap, fl);
+		unmap_later(c, NULL, p, p->cap, fl, false);
 	}
 	while (c->used + need > c->capacity && !freelist_full(fl) &&
 	       dlheap_top(&c->deadlines) && dlheap_top(&c->deadlines)->deadline <= mono_ns()) {
@@ -416,7 +454,7 @@ static int make_room_draining(struct cache *c, uint64_t need, bool wait, struct 
 		expire_locked(c, mono_ns(), fl);
 		if (freelist_full(fl)) {
 			pthread_mutex_unlock(&c->lock);
-			freelist_run(fl);
+			freelist_run(c, fl);
 			pthread_mutex_lock(&c->lock);
 		}
 	}
@@ -447,7 +485,7 @@ static int make_room_draining(struct cache *c, uint64_t need, bool wait, struct 
 		/* the buffers collected so far are freed before sleeping */
 		c->draining = false;
 		pthread_mutex_unlock(&c->lock);
-		freelist_run(fl);
+		freelist_run(c, fl);
 		pthread_mutex_lock(&c->lock);
 		pthread_cond_timedwait(&c->cleaned, &c->lock, &ts);
 		c->draining = true;
@@ -524,7 +562,7 @@ static int cache_lookup(struct tier *t, const struct blockid *id, struct block_a
 	if (b && attr)
 		fill_attr(b, attr);
 	pthread_mutex_unlock(&c->lock);
-	freelist_run(&fl);
+	freelist_run(c, &fl);
 	return b ? 0 : -ENOENT;
 }
 
@@ -563,7 +601,7 @@ static int cache_open(struct tier *t, const struct blockid *id, unsigned flags,
 		h->b = b;
 	}
 	pthread_mutex_unlock(&c->lock);
-	freelist_run(&fl);
+	freelist_run(c, &fl);
 	if (!b) {
 		if (kind == H_READ)
 			counter_add(&c->misses, 1);
@@ -650,7 +688,7 @@ static void cache_close(struct tier_handle *th)
 	}
 	cache_check(c);
 	pthread_mutex_unlock(&c->lock);
-	freelist_run(&fl);
+	freelist_run(c, &fl);
 	free(h);
 }
 
@@ -700,7 +738,7 @@ static int cache_reserve(struct tier *t, const struct blockid *id, unsigned flag
 			counter_add(&c->reused, 1);
 	}
 	pthread_mutex_unlock(&c->lock);
-	freelist_run(&fl);
+	freelist_run(c, &fl);
 	if (rc == 0 && !b->data) {
 		/* a writer fills it all soon: fault it in at once; a load (NOWAIT) wants its
 		 * first piece fast and faults pages in as pieces arrive */
@@ -738,7 +776,7 @@ static int resize_reservation(struct cache *c, struct cblock *b, uint64_t size)
 		if (rc == 0)
 			c->used += cap - b->cap;
 		pthread_mutex_unlock(&c->lock);
-		freelist_run(&fl);
+		freelist_run(c, &fl);
 		if (rc)
 			return rc;
 	}
@@ -859,7 +897,7 @@ static int cache_commit(struct tier_handle *th, const struct block_meta *meta, u
 	if (old && (flags & TIER_COMMIT_LOADED)) {
 		c->reservations++; /* still a reservation, the caller's */
 		pthread_mutex_unlock(&c->lock);
-		freelist_run(&fl);
+		freelist_run(c, &fl);
 		free(r);
 		return -EEXIST;
 	}
@@ -877,7 +915,7 @@ static int cache_commit(struct tier_handle *th, const struct block_meta *meta, u
 		b->state = CB_RESERVED;
 		c->reservations++;
 		pthread_mutex_unlock(&c->lock);
-		freelist_run(&fl);
+		freelist_run(c, &fl);
 		free(r);
 		return commit_failed(th, flags, -ENOMEM);
 	}
@@ -897,7 +935,7 @@ static int cache_commit(struct tier_handle *th, const struct block_meta *meta, u
 	policy_in(c, b);
 	cache_check(c);
 	pthread_mutex_unlock(&c->lock);
-	freelist_run(&fl);
+	freelist_run(c, &fl);
 	counter_add(&c->bytes_in, meta->size);
 	free(h);
 	return 0;
@@ -914,7 +952,7 @@ static void cache_abort(struct tier_handle *th)
 	h->b->state = CB_DEAD;
 	put_locked(c, h->b, &fl);
 	pthread_mutex_unlock(&c->lock);
-	freelist_run(&fl);
+	freelist_run(c, &fl);
 	free(h);
 }
 
@@ -933,7 +971,7 @@ static int cache_remove(struct tier *t, const struct blockid *id)
 		kill_locked(c, CB(n), &fl);
 	}
 	pthread_mutex_unlock(&c->lock);
-	freelist_run(&fl);
+	freelist_run(c, &fl);
 	return live ? 0 : -ENOENT; /* an expired block is already absent */
 }
 
@@ -951,7 +989,7 @@ static int cache_touch(struct tier *t, const struct blockid *id)
 			c->pol->touched(c->pol_priv, &b->pe);
 	}
 	pthread_mutex_unlock(&c->lock);
-	freelist_run(&fl);
+	freelist_run(c, &fl);
 	return b ? 0 : -ENOENT;
 }
 
@@ -966,7 +1004,7 @@ static int cache_set_deadline(struct tier *t, const struct blockid *id, int64_t 
 	if (b)
 		set_deadline_locked(c, b, deadline);
 	pthread_mutex_unlock(&c->lock);
-	freelist_run(&fl);
+	freelist_run(c, &fl);
 	return b ? 0 : -ENOENT;
 }
 
@@ -1053,7 +1091,7 @@ static void cache_sweep(struct tier *t)
 		expire_locked(c, mono_ns(), &fl);
 		more = freelist_full(&fl);
 		pthread_mutex_unlock(&c->lock);
-		freelist_run(&fl);
+		freelist_run(c, &fl);
 	}
 }
 
@@ -1089,6 +1127,9 @@ static void cache_metrics(struct tier *t, struct metrics *m)
 	metrics_counter(m, "ucmfs_mem_buffers_reused_total",
 			"New blocks written into a freed block's buffer, not fresh memory.", "",
 			counter_get(&c->reused));
+	metrics_counter(m, "ucmfs_mem_buffers_reclaimed_total",
+			"Buffers whose file the kernel read (passthrough) pooled again once nobody "
+			"held the file.", "", counter_get(&c->reclaimed));
 	metrics_gauge(m, "ucmfs_mem_pooled_bytes",
 		      "Free block buffers kept for reuse (within the capacity).", "",
 		      (double)pooled);

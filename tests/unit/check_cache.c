@@ -805,8 +805,58 @@ START_TEST(test_cache_exposed_buffer_never_reused)
 		      "the evicted block's file was written by the next reservation");
 	tier_close(h);
 	ck_assert_int_eq(ut_diff(&a, 1, map, size, 0), -1);
+	ck_assert_double_eq(metric(t, "ucmfs_mem_buffers_reclaimed_total"), 0);
 	munmap(map, size);
 	tu_expect(t, &c, 3, size);
+	tier_destroy(t);
+}
+END_TEST
+
+/* A block whose file was handed out, read and let go by everyone: once it is removed, its
+ * buffer goes back to the pool and the next block of its size is written into it. */
+START_TEST(test_cache_exposed_buffer_reclaimed)
+{
+	const uint64_t size = 4096 * KB;
+	struct tier *t = tu_cache(4 * size, 0);
+	struct blockid a = bid(0), c = bid(2);
+	struct block_meta m = tu_meta(size, 0);
+	struct tier_handle *h;
+	const char *old;
+	char *map;
+	int fd;
+
+	if (!have_files) {
+		tier_destroy(t);
+		return;
+	}
+	ck_assert_int_eq(tu_put(t, &a, 1, size, 0, 0, 0), 0);
+	ck_assert_int_eq(t->ops->open(t, &a, 0, &h), 0);
+	old = tier_data(h);
+	fd = t->ops->backing(h);
+	ck_assert_int_ge(fd, 0);
+	map = mmap(NULL, size, PROT_READ, MAP_SHARED, fd, 0);
+	ck_assert_ptr_ne(map, MAP_FAILED);
+	ck_assert_int_eq(ut_diff(&a, 1, map, size, 0), -1);
+	munmap(map, size);
+	close(fd);
+	tier_close(h);
+	ck_assert_int_eq(t->ops->remove(t, &a), 0);
+	ck_assert_double_eq(metric(t, "ucmfs_mem_buffers_reclaimed_total"), 1);
+	ck_assert_int_eq(t->ops->reserve(t, &c, 0, size, &h), 0);
+	ck_assert_int_eq(tu_write(h, &c, 3, 0, size), (ssize_t)size);
+	ck_assert_int_eq(t->ops->commit(h, &m, 0, NULL), 0);
+	ck_assert_double_eq(metric(t, "ucmfs_mem_buffers_reused_total"), 1);
+	ck_assert_int_eq(t->ops->open(t, &c, 0, &h), 0);
+	ck_assert_ptr_eq(tier_data(h), old);
+	/* and its file can be handed out again, whole */
+	fd = t->ops->backing(h);
+	ck_assert_int_ge(fd, 0);
+	map = mmap(NULL, size, PROT_READ, MAP_SHARED, fd, 0);
+	ck_assert_ptr_ne(map, MAP_FAILED);
+	ck_assert_int_eq(ut_diff(&c, 3, map, size, 0), -1);
+	munmap(map, size);
+	close(fd);
+	tier_close(h);
 	tier_destroy(t);
 }
 END_TEST
@@ -1015,6 +1065,7 @@ Suite *cache_suite(void)
 	tcase_add_checked_fixture(files, files_setup, NULL);
 	tcase_add_test(files, test_cache_backing_reads_the_block);
 	tcase_add_test(files, test_cache_exposed_buffer_never_reused);
+	tcase_add_test(files, test_cache_exposed_buffer_reclaimed);
 	tcase_add_test(files, test_cache_evicted_buffer_reused);
 	tcase_add_test(files, test_cache_accounting);
 	tcase_add_test(files, test_cache_data_aligned);
