@@ -193,18 +193,9 @@ END_TEST
 
 static bool have_files;
 
-/* Checked fixture (in the test's child): switch this process to file buffers. As root it
- * must work; elsewhere the tests of this case check nothing and say so. */
 static void files_setup(void)
 {
-	char why[256] = "";
-	int rc = buf_use_files(why, sizeof(why));
-
-	if (rc && geteuid() == 0)
-		ck_abort_msg("buf_use_files as root: %s", why);
-	have_files = rc == 0;
-	if (!have_files)
-		fprintf(stderr, "buf files: not root, nothing checked (%s)\n", why);
+	have_files = ut_use_file_buffers("buf");
 }
 
 /* The file of a buffer reads as exactly its bytes, cut to the size asked; its pages stay

@@ -719,14 +719,27 @@ static bool have_files;
 
 static void files_setup(void)
 {
-	char why[256] = "";
-	int rc = buf_use_files(why, sizeof(why));
+	have_files = ut_use_file_buffers("cache");
+}
 
-	if (rc && geteuid() == 0)
-		ck_abort_msg("buf_use_files as root: %s", why);
-	have_files = rc == 0;
-	if (!have_files)
-		fprintf(stderr, "cache files: not root, nothing checked (%s)\n", why);
+/* Open id, map its backing file (as a passthrough reader would) and close it again: the
+ * mapping, of size bytes; *data: the block's buffer. */
+static char *map_block(struct tier *t, const struct blockid *id, uint64_t size,
+		       const char **data)
+{
+	struct tier_handle *h;
+	char *map;
+	int fd;
+
+	ck_assert_int_eq(t->ops->open(t, id, 0, &h), 0);
+	*data = tier_data(h);
+	fd = t->ops->backing(h);
+	ck_assert_int_ge(fd, 0);
+	map = mmap(NULL, size, PROT_READ, MAP_SHARED, fd, 0);
+	ck_assert_ptr_ne(map, MAP_FAILED);
+	close(fd);
+	tier_close(h);
+	return map;
 }
 
 /* A committed block's backing file reads as exactly its bytes; a reservation and a block
@@ -778,7 +791,6 @@ START_TEST(test_cache_exposed_buffer_never_reused)
 	struct tier_handle *h;
 	const char *old;
 	char *map;
-	int fd;
 
 	if (!have_files) {
 		tier_destroy(t);
@@ -786,14 +798,7 @@ START_TEST(test_cache_exposed_buffer_never_reused)
 	}
 	ck_assert_int_eq(tu_put(t, &a, 1, size, 0, 0, 0), 0);
 	ck_assert_int_eq(tu_put(t, &b, 2, size, 0, 0, 0), 0);
-	ck_assert_int_eq(t->ops->open(t, &a, 0, &h), 0);
-	old = tier_data(h);
-	fd = t->ops->backing(h);
-	ck_assert_int_ge(fd, 0);
-	map = mmap(NULL, size, PROT_READ, MAP_SHARED, fd, 0);
-	ck_assert_ptr_ne(map, MAP_FAILED);
-	close(fd);
-	tier_close(h);
+	map = map_block(t, &a, size, &old);
 	ck_assert_int_eq(t->ops->touch(t, &b), 0); /* a is the coldest */
 	ck_assert_int_eq(t->ops->reserve(t, &c, 0, size, &h), 0);
 	ck_assert_msg(!present(t, 0), "no block was evicted for the third one");
@@ -821,42 +826,28 @@ START_TEST(test_cache_exposed_buffer_reclaimed)
 	struct blockid a = bid(0), c = bid(2);
 	struct block_meta m = tu_meta(size, 0);
 	struct tier_handle *h;
-	const char *old;
+	const char *old, *data;
 	char *map;
-	int fd;
 
 	if (!have_files) {
 		tier_destroy(t);
 		return;
 	}
 	ck_assert_int_eq(tu_put(t, &a, 1, size, 0, 0, 0), 0);
-	ck_assert_int_eq(t->ops->open(t, &a, 0, &h), 0);
-	old = tier_data(h);
-	fd = t->ops->backing(h);
-	ck_assert_int_ge(fd, 0);
-	map = mmap(NULL, size, PROT_READ, MAP_SHARED, fd, 0);
-	ck_assert_ptr_ne(map, MAP_FAILED);
+	map = map_block(t, &a, size, &old);
 	ck_assert_int_eq(ut_diff(&a, 1, map, size, 0), -1);
 	munmap(map, size);
-	close(fd);
-	tier_close(h);
 	ck_assert_int_eq(t->ops->remove(t, &a), 0);
 	ck_assert_double_eq(metric(t, "ucmfs_mem_buffers_reclaimed_total"), 1);
 	ck_assert_int_eq(t->ops->reserve(t, &c, 0, size, &h), 0);
 	ck_assert_int_eq(tu_write(h, &c, 3, 0, size), (ssize_t)size);
 	ck_assert_int_eq(t->ops->commit(h, &m, 0, NULL), 0);
 	ck_assert_double_eq(metric(t, "ucmfs_mem_buffers_reused_total"), 1);
-	ck_assert_int_eq(t->ops->open(t, &c, 0, &h), 0);
-	ck_assert_ptr_eq(tier_data(h), old);
 	/* and its file can be handed out again, whole */
-	fd = t->ops->backing(h);
-	ck_assert_int_ge(fd, 0);
-	map = mmap(NULL, size, PROT_READ, MAP_SHARED, fd, 0);
-	ck_assert_ptr_ne(map, MAP_FAILED);
+	map = map_block(t, &c, size, &data);
+	ck_assert_ptr_eq(data, old);
 	ck_assert_int_eq(ut_diff(&c, 3, map, size, 0), -1);
 	munmap(map, size);
-	close(fd);
-	tier_close(h);
 	tier_destroy(t);
 }
 END_TEST

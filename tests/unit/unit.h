@@ -50,6 +50,11 @@ const char *tier_contract_name(unsigned k);
 /* A TCase named name with the house timeout. */
 TCase *ut_tcase(const char *name, int timeout_s);
 
+/* Switch this process's large buffers to files of a private tmpfs (buf_use_files(), as the
+ * daemon does for passthrough): true if they are; as root it must work (the test fails
+ * otherwise), elsewhere false, said once on stderr. For checked fixtures (one test's child). */
+bool ut_use_file_buffers(const char *who);
+
 /* --- temporary directories --------------------------------------------------------------- */
 
 /* Set by the runner: the base directory of this run. */

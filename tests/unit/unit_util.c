@@ -12,6 +12,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "src/buf.h"
+
 static char tmpbase[PATH_MAX] = "/tmp";
 
 TCase *ut_tcase(const char *name, int timeout_s)
@@ -20,6 +22,18 @@ TCase *ut_tcase(const char *name, int timeout_s)
 
 	tcase_set_timeout(tc, timeout_s);
 	return tc;
+}
+
+bool ut_use_file_buffers(const char *who)
+{
+	char why[256] = "";
+	int rc = buf_use_files(why, sizeof(why));
+
+	if (rc && geteuid() == 0)
+		ck_abort_msg("%s: buf_use_files as root: %s", who, why);
+	if (rc)
+		fprintf(stderr, "%s: not root, nothing checked on file buffers (%s)\n", who, why);
+	return rc == 0;
 }
 
 void ut_set_tmpbase(const char *dir)
