@@ -106,6 +106,13 @@ void run_meta(void);
 void mixed_rows(void);
 void floor_rows(void);
 
+/* --- bench_prefetch.c ------------------------------------------------------------------- */
+
+/* Loads from disk (user.ucm.prefetch, fresh and warm daemon; readers of cold blocks) against
+ * fio's best depth; their rows. */
+void run_prefetch(void);
+void prefetch_rows(void);
+
 /* --- bench_hitrate.c -------------------------------------------------------------------- */
 
 /* Hit ratio of the memory tier under each policy on a Zipf read stream through a mount, the
