@@ -618,13 +618,15 @@ static void *prefetch_thread(void *arg)
 	struct tier_handle *h;
 	struct block_attr a;
 
-	for (size_t i = 0; i < j->n; i++) {
-		/* only disk-only blocks: a block in memory is already where it should be */
+	/* only disk-only blocks: a block in memory is already where it should be */
+	for (size_t i = 0; i < j->n && !fs->pipe->ops->prefetch; i++) {
 		if (!present(fs, &j->ids[i], &a) || (a.where & TIER_MEM))
 			continue;
 		if (fs->pipe->ops->open(fs->pipe, &j->ids[i], TIER_OPEN_INTERNAL, &h) == 0)
 			tier_close(h);
 	}
+	if (fs->pipe->ops->prefetch)
+		fs->pipe->ops->prefetch(fs->pipe, j->ids, j->n);
 	pthread_mutex_lock(&qd->lock);
 	j->q->prefetch = PREFETCH_DONE;
 	j->q->opens--;

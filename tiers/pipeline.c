@@ -702,6 +702,13 @@ static void pipe_abort(struct tier_handle *th)
 	free(h);
 }
 
+static size_t pipe_prefetch(struct tier *t, const struct blockid *ids, size_t n)
+{
+	struct pipeline *p = pipe_of(t);
+
+	return p->cache && p->below ? jobs_prefetch(p, ids, n) : 0;
+}
+
 static void pipe_drain(struct tier *t)
 {
 	jobs_drain(pipe_of(t));
@@ -931,6 +938,7 @@ const struct tier_ops tier_pipeline_ops = {
 	.sync = pipe_sync,
 	.list_shard = pipe_list_shard,
 	.usage = pipe_usage,
+	.prefetch = pipe_prefetch,
 	.drain = pipe_drain,
 	.metrics = pipe_metrics,
 };

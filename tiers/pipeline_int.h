@@ -126,6 +126,9 @@ void enqueue_dump(struct pipeline *p, struct tier_handle *rd, const struct block
  */
 int load_open(struct pipeline *p, const struct blockid *id, bool wait, struct loading **ld,
 	      struct tier_handle **direct);
+/* Load the blocks of ids that are only below into memory, several at once; returns once
+ * every load is done. How many were loaded. */
+size_t jobs_prefetch(struct pipeline *p, const struct blockid *ids, size_t n);
 /* Wait until the load has been admitted to memory (or failed). 0 or its error. */
 int load_wait(struct loading *ld);
 /* Make sure the load runs to the end (it starts at the first read), then load_wait(). */

@@ -1000,10 +1000,15 @@ static struct loading *load_new(struct pipeline *p, const struct blockid *id,
 	ld->t0 = mono_ns();
 	p->below->ops->stat(lh, &ld->a);
 	ld->piece = PIECE;
-	/* one piece per stored chunk, so that each piece decodes exactly one */
-	if (p->below->ops->layout && p->below->ops->layout(lh, &lay) == 0 && lay.nchunks &&
-	    lay.chunk_size >= (64u << 10))
-		ld->piece = lay.chunk_size;
+	/* one piece per stored chunk, so that each piece decodes exactly one; a block checked as
+	 * a whole is one piece: reading a part of it reads all of it first (then that part again,
+	 * from the disk: O_DIRECT), so pieces would read it twice, in a queue one deep */
+	if (p->below->ops->layout && p->below->ops->layout(lh, &lay) == 0) {
+		if (lay.nchunks && lay.chunk_size >= (64u << 10))
+			ld->piece = lay.chunk_size;
+		else if (lay.whole && ld->a.size)
+			ld->piece = ld->a.size;
+	}
 	pieces = (ld->a.size + ld->piece - 1) / ld->piece;
 	if (pieces > MAX_PIECES) {
 		ld->piece = (ld->a.size + MAX_PIECES - 1) / MAX_PIECES;
@@ -1111,8 +1116,10 @@ int load_open(struct pipeline *p, const struct blockid *id, bool wait, struct lo
 		*direct = lh;
 		return 0;
 	}
+	if (!p->started || wait)
+		ld->hinted = true; /* no reader to say where to start: from the first piece */
 	if (!p->started)
-		ld->queued = ld->hinted = true; /* loaded whole below; set before anyone joins */
+		ld->queued = true; /* loaded whole below; set before anyone joins */
 	pthread_mutex_lock(&p->lock);
 	joined = find_load(p, id);
 	if (joined) {
@@ -1145,6 +1152,51 @@ int load_open(struct pipeline *p, const struct blockid *id, bool wait, struct lo
 	}
 	load_kick(p, ld); /* an open loads the block */
 	return 0;
+}
+
+/*
+ * A prefetch keeps up to PREFETCH_LOADS loads (PREFETCH_BYTES of blocks) in flight, so that
+ * the workers, the disk tier's read-ahead and the IO engine always have the next block's
+ * pieces to fetch while the one before is checked and admitted.
+ */
+#define PREFETCH_LOADS 8
+#define PREFETCH_BYTES (256ull << 20)
+
+size_t jobs_prefetch(struct pipeline *p, const struct blockid *ids, size_t n)
+{
+	struct loading *win[PREFETCH_LOADS];
+	unsigned head = 0, cnt = 0;
+	uint64_t bytes = 0;
+	size_t loaded = 0;
+
+	for (size_t i = 0;; i++) {
+		while (cnt && (i == n || cnt == PREFETCH_LOADS || bytes >= PREFETCH_BYTES)) {
+			struct loading *ld = win[head];
+
+			loaded += load_wait(ld) == 0;
+			bytes -= ld->a.size;
+			load_put(p, ld);
+			head = (head + 1) % PREFETCH_LOADS;
+			cnt--;
+		}
+		if (i == n)
+			break;
+		struct loading *ld;
+		struct tier_handle *direct;
+
+		/* in memory already (committed, or loaded), or not anywhere */
+		if (p->cache->ops->lookup(p->cache, &ids[i], NULL) == 0 ||
+		    load_open(p, &ids[i], true, &ld, &direct))
+			continue;
+		if (direct) {
+			tier_close(direct); /* no room that could be made: it stays on disk */
+			continue;
+		}
+		win[(head + cnt) % PREFETCH_LOADS] = ld;
+		cnt++;
+		bytes += ld->a.size;
+	}
+	return loaded;
 }
 
 int load_wait(struct loading *ld)

@@ -975,6 +975,7 @@ static int posix_layout(struct tier_handle *th, struct block_layout *out)
 		out->chunk_size = h->hdr->chunk_size;
 		out->nchunks = h->hdr->nchunks;
 		out->chunk = h->ctab;
+		out->whole = !h->ctab; /* verify_whole() */
 	}
 	return 0;
 }

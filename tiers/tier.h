@@ -74,6 +74,8 @@ struct block_layout {
 	uint32_t nchunks;
 	uint64_t stored;             /* payload bytes: the sum of the chunk lengths */
 	const struct tier_chunk *chunk;
+	bool whole;                  /* no table, one checksum for all the stored bytes: a read
+					of part of them reads and checks them all first */
 };
 
 /* What a commit publishes beside the bytes. */
@@ -245,6 +247,11 @@ struct tier_ops {
 
 	/* Reclaim the space of expired blocks now (a background sweep calls it). */
 	void (*sweep)(struct tier *t);
+
+	/* (pipeline) Load the listed blocks that are only in the tiers below into memory, several
+	 * at once, as the daemon's own opens do (waiting for room that dumps make); returns once
+	 * each is in memory or could not be. How many were loaded. */
+	size_t (*prefetch)(struct tier *t, const struct blockid *ids, size_t n);
 
 	/* Finish all background work (dumps) before returning. */
 	void (*drain)(struct tier *t);

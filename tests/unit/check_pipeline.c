@@ -575,6 +575,45 @@ START_TEST(test_pipeline_evicted_block_loads_back)
 END_TEST
 
 /*
+ * A prefetch of many blocks that are only on disk (and ids that are nowhere, and one already
+ * in memory) loads every one of them into memory, byte-exact, and counts what it loaded; in
+ * a cache that holds only some of them, the last ones listed are in memory at the end and
+ * none is lost from disk.
+ */
+START_TEST(test_pipeline_prefetch_many)
+{
+	const uint64_t size = 300 * KB + 17;
+	enum { N = 24 };
+	struct tier *t = open_stack(_i ? 6 * MB : 64 * MB, NULL);
+	struct blockid ids[N + 2];
+	size_t loaded;
+
+	for (int i = 0; i < N; i++) {
+		ids[i] = ut_id(900 + (uint64_t)i);
+		ck_assert_int_eq(pput(&ids[i], 3, size + (uint64_t)i, 0), 0);
+	}
+	ids[N] = ut_id(899);      /* never written */
+	ids[N + 1] = ut_id(900);  /* listed twice */
+	t->ops->drain(t);
+	for (int i = 0; i < N; i++) /* safe on disk: out of memory, as if evicted */
+		st.cache->ops->remove(st.cache, &ids[i]);
+	ck_assert(!in_cache(&ids[0], NULL));
+	loaded = t->ops->prefetch(t, ids, N + 2);
+	if (_i == 0) {
+		ck_assert_uint_eq(loaded, N);
+		for (int i = 0; i < N; i++)
+			ck_assert_msg(in_cache(&ids[i], NULL), "block %d not in memory", i);
+	} else {
+		ck_assert_uint_ge(loaded, 6);
+		ck_assert(in_cache(&ids[N - 1], NULL));
+	}
+	for (int i = 0; i < N; i++)
+		tu_expect(t, &ids[i], 3, size + (uint64_t)i);
+	ck_assert_uint_eq(counters().load_errors, 0);
+}
+END_TEST
+
+/*
  * A load fetches a block in pieces of the stored chunk size, whatever it is: smaller than the
  * load's default piece (a store written with small chunks) or larger (the chunks of a block
  * of more than 330 x 256 KiB). Each loads back whole, admitted, without a load error.
@@ -1136,6 +1175,7 @@ Suite *pipeline_suite(void)
 	tcase_add_test(core, test_pipeline_compressed_on_disk);
 	tcase_add_test(core, test_pipeline_drain_puts_all_on_disk);
 	tcase_add_test(core, test_pipeline_evicted_block_loads_back);
+	tcase_add_loop_test(core, test_pipeline_prefetch_many, 0, 2);
 	tcase_add_test(core, test_pipeline_loads_any_chunk_size);
 	tcase_add_test(core, test_pipeline_streams_when_memory_pinned);
 	tcase_add_test(core, test_pipeline_remove_both_tiers);
