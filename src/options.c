@@ -16,17 +16,19 @@ static const char usage[] =
 	"  STORE       directory of the disk tier (dir1:dir2 stripes; 'none' = memory only)\n"
 	"  -f          stay in the foreground\n"
 	"  -d          debug output (implies -f)\n"
-	"  -o mem_size=SIZE, disk_size=SIZE, block_size=SIZE, max_block=SIZE,\n"
-	"     policy=clock|lru|fifo, pipeline=cache:compress:posix, compress=none|zstd[:LEVEL],\n"
-	"     shuffle=auto|none|2|4, io=aio|psync, io_depth=N, io_timeout=DUR, ttl=DUR,\n"
-	"     durable, layout=native|ucm, readahead=SIZE, passthrough=auto|on|off, and the\n"
-	"     standard FUSE mount options (allow_other, fsname=, ...)\n"
+	"  -o mem_size=SIZE, mem_prefault=SIZE|N%, disk_size=SIZE, block_size=SIZE,\n"
+	"     max_block=SIZE, policy=clock|lru|fifo, pipeline=cache:compress:posix,\n"
+	"     compress=none|zstd[:LEVEL], shuffle=auto|none|2|4, io=aio|psync, io_depth=N,\n"
+	"     io_timeout=DUR, ttl=DUR, durable, layout=native|ucm, readahead=SIZE,\n"
+	"     passthrough=auto|on|off, and the standard FUSE mount options (allow_other,\n"
+	"     fsname=, ...)\n"
 	"See ucmfs(8).\n";
 
 void options_defaults(struct ucm_options *o)
 {
 	memset(o, 0, sizeof(*o));
 	o->mem_size = 1ULL << 30;
+	o->mem_prefault_pct = 100;
 	o->max_block = 256ULL << 20;
 	o->policy = POLICY_CLOCK;
 	o->codec = CODEC_AUTO;
@@ -157,6 +159,32 @@ int options_apply(struct ucm_options *o, const char *opt, char *msg, size_t len)
 		rc = opt_size(key, val, &o->mem_size, msg, len);
 		if (rc == 0 && o->mem_size < (1ULL << 20))
 			return bad(msg, len, "option '%s': %s is below the minimum of 1M", key, val);
+		return rc;
+	}
+	if (!strcmp(key, "mem_prefault")) {
+		uint64_t pct;
+		size_t n = val ? strlen(val) : 0;
+
+		if (n > 1 && val[n - 1] == '%') {
+			char num[24];
+
+			if (n - 1 >= sizeof(num))
+				return bad(msg, len, "option '%s': '%s' is not a percentage", key, val);
+			memcpy(num, val, n - 1);
+			num[n - 1] = '\0';
+			if (parse_u64(num, &pct) || pct > 100)
+				return bad(msg, len, "option '%s': '%s' is not a percentage from 0%% "
+					   "to 100%%", key, val);
+			o->mem_prefault_pct = (int)pct;
+			return 0;
+		}
+		if (val && !strcmp(val, "none")) {
+			o->mem_prefault_pct = 0;
+			return 0;
+		}
+		rc = opt_size(key, val, &o->mem_prefault, msg, len);
+		if (rc == 0)
+			o->mem_prefault_pct = -1;
 		return rc;
 	}
 	if (!strcmp(key, "disk_size"))
@@ -355,6 +383,10 @@ static int check_combination(struct ucm_options *o, char *msg, size_t len)
 	}
 	if (o->block_size && o->block_size > o->max_block)
 		o->max_block = o->block_size;
+	if (o->mem_prefault_pct >= 0)
+		o->mem_prefault = o->mem_size / 100 * (uint64_t)o->mem_prefault_pct;
+	else if (o->mem_prefault > o->mem_size)
+		o->mem_prefault = o->mem_size;
 	if (o->layout == LAYOUT_UCM && strstr(o->pipeline, "compress")) {
 		if (strcmp(o->pipeline, "cache:compress:posix")) {
 			snprintf(msg, len, "layout=ucm stores raw bytes: drop 'compress' from "
@@ -431,7 +463,7 @@ size_t options_format(const struct ucm_options *o, char *buf, size_t len)
 	static const char *const policies[] = { "clock", "lru", "fifo" };
 	static const char *const pts[] = { "auto", "on", "off" };
 	char mem[32], disk[32], bs[32], mb[32], ra[32], store[4096] = "", ttl[32], codec[32];
-	char shuf[8];
+	char shuf[8], pf[32];
 	size_t n;
 
 	for (int i = 0; i < o->nstores; i++) {
@@ -452,6 +484,10 @@ size_t options_format(const struct ucm_options *o, char *buf, size_t len)
 		snprintf(codec, sizeof(codec), "none");
 	else
 		snprintf(codec, sizeof(codec), "zstd:%d", o->zstd_level);
+	if (o->mem_prefault_pct >= 0)
+		snprintf(pf, sizeof(pf), "%d%%", o->mem_prefault_pct);
+	else
+		format_size(o->mem_prefault, pf, sizeof(pf));
 	if (o->shuffle == 0)
 		snprintf(shuf, sizeof(shuf), "auto");
 	else if (o->shuffle == 1)
@@ -459,11 +495,12 @@ size_t options_format(const struct ucm_options *o, char *buf, size_t len)
 	else
 		snprintf(shuf, sizeof(shuf), "%d", o->shuffle);
 	n = (size_t)snprintf(buf, len,
-			     "store=%s\nmountpoint=%s\nmem_size=%s\ndisk_size=%s\nblock_size=%s\n"
+			     "store=%s\nmountpoint=%s\nmem_size=%s\nmem_prefault=%s\ndisk_size=%s\n"
+			     "block_size=%s\n"
 			     "max_block=%s\npolicy=%s\npipeline=%s\ncompress=%s\nshuffle=%s\n"
 			     "io=%s\nio_depth=%u\nio_timeout=%lldms\nttl=%s\ndurable=%d\nlayout=%s\n"
 			     "readahead=%s\npassthrough=%s\n",
-			     o->nstores ? store : "none", o->mountpoint ? o->mountpoint : "", mem,
+			     o->nstores ? store : "none", o->mountpoint ? o->mountpoint : "", mem, pf,
 			     disk, o->block_size ? bs : "unset", mb, policies[o->policy],
 			     o->pipeline, codec, shuf, o->io == IO_AIO ? "aio" : "psync",
 			     o->io_depth, (long long)o->io_timeout_ms, ttl, o->durable ? 1 : 0,

@@ -25,6 +25,10 @@ struct ucm_options {
 	char *mountpoint;
 
 	uint64_t mem_size;   /* memory tier capacity, bytes */
+	/* memory kept allocated and faulted in ahead of need: mem_prefault_pct % of mem_size,
+	 * or mem_prefault bytes when mem_prefault_pct < 0 */
+	int mem_prefault_pct;
+	uint64_t mem_prefault;
 	uint64_t disk_size;  /* disk tier capacity, physical bytes; 0 = keep 5% free */
 	uint64_t block_size; /* 0 = unset */
 	uint64_t max_block;

@@ -40,6 +40,13 @@
  * block lives, and goes back to the pool only once nobody else holds the file: a process
  * may still map it after its close (reclaim_buffer()).
  *
+ * Memory is also made ready before it is needed: the prefaulter (a thread at SCHED_IDLE, so
+ * that it only takes what the CPUs leave) fills the pool, while used + one buffer stays
+ * within `prefault`, with buffers faulted in of the size most blocks have (size_hint, else
+ * the size of the last large block committed). Pooled memory goes back to the system only
+ * when make_room() needs room that no pooled buffer of the right size gives (a block of
+ * another size), never because a block left memory.
+ *
  * Locking: one mutex, c->lock, protects everything above. It is never held across a call
  * into another tier or the policy's caller; buffers are freed after it is dropped.
  */
@@ -48,8 +55,10 @@
 #include <assert.h>
 #include <errno.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "src/buf.h"
 #include "src/clock.h"
@@ -121,6 +130,14 @@ struct cache {
 	counter_t hits, misses, evictions, expirations, bytes_in;
 	counter_t reused;              /* reservations given a freed block's buffer */
 	counter_t reclaimed;           /* handed-out buffers taken back (reclaim_buffer()) */
+	uint64_t prefault;             /* bytes to keep allocated and faulted in; 0 = none */
+	uint64_t common_cap;           /* buffer size to prefault; protected by lock */
+	bool size_hinted;              /* common_cap is the configured size_hint */
+	pthread_t prefaulter;
+	bool prefaulting;              /* the thread runs */
+	bool stopping;                 /* it must end; protected by lock */
+	pthread_cond_t pf_wake;        /* a size was learnt, or stop */
+	counter_t prefaulted;          /* bytes of buffers it made */
 };
 
 #define CB(n) ((struct cblock *)((char *)(n) - offsetof(struct cblock, node)))
@@ -904,6 +921,10 @@ static int cache_commit(struct tier_handle *th, const struct block_meta *meta, u
 	if (old)
 		kill_locked(c, old, &fl);
 	b->state = CB_LIVE;
+	if (b->cap >= BUF_FILE_MIN && b->cap != c->common_cap && !c->size_hinted) {
+		c->common_cap = b->cap; /* what the prefaulter makes from now on */
+		pthread_cond_signal(&c->pf_wake);
+	}
 	b->size = meta->size;
 	b->mtime = meta->mtime;
 	b->atime = wall_ns();
@@ -1130,6 +1151,9 @@ static void cache_metrics(struct tier *t, struct metrics *m)
 	metrics_counter(m, "ucmfs_mem_buffers_reclaimed_total",
 			"Buffers whose file the kernel read (passthrough) pooled again once nobody "
 			"held the file.", "", counter_get(&c->reclaimed));
+	metrics_counter(m, "ucmfs_mem_prefaulted_bytes_total",
+			"Bytes of buffers made ready (faulted in) before any block needed them.", "",
+			counter_get(&c->prefaulted));
 	metrics_gauge(m, "ucmfs_mem_pooled_bytes",
 		      "Free block buffers kept for reuse (within the capacity).", "",
 		      (double)pooled);
@@ -1164,16 +1188,100 @@ static void drop_one(struct idnode *n, void *arg)
 	free(b);
 }
 
+/* --- the prefaulter --------------------------------------------------------------------- */
+
+/* Is there room for one more prefaulted buffer of cap bytes? c->lock held. */
+static bool prefault_room(const struct cache *c, uint64_t cap)
+{
+	return cap && c->used + cap <= c->prefault && c->used + cap <= c->capacity && !c->draining;
+}
+
+static void *prefaulter(void *arg)
+{
+	struct cache *c = arg;
+	struct sched_param sp = { 0 };
+	uint64_t cap;
+	void *data;
+
+	/* only the time the CPUs would spend idle: never in the way of a request */
+	pthread_setschedparam(pthread_self(), SCHED_IDLE, &sp);
+	pthread_mutex_lock(&c->lock);
+	while (!c->stopping) {
+		cap = c->common_cap;
+		if (!prefault_room(c, cap)) {
+			struct timespec ts;
+
+			/* woken when a size is learnt; memory freed is seen within 100 ms */
+			clock_gettime(CLOCK_REALTIME, &ts);
+			ts.tv_nsec += 100 * 1000000;
+			if (ts.tv_nsec >= 1000000000) {
+				ts.tv_sec++;
+				ts.tv_nsec -= 1000000000;
+			}
+			pthread_cond_timedwait(&c->pf_wake, &c->lock, &ts);
+			continue;
+		}
+		pthread_mutex_unlock(&c->lock);
+		data = buf_alloc(cap, true); /* every page faulted in now, not at a load */
+		pthread_mutex_lock(&c->lock);
+		if (data && prefault_room(c, cap) && cap == c->common_cap) {
+			c->used += cap;
+			pool_push(c, data, cap);
+			counter_add(&c->prefaulted, cap);
+			data = NULL;
+		}
+		if (data) {
+			pthread_mutex_unlock(&c->lock);
+			buf_free(data, cap);
+			pthread_mutex_lock(&c->lock);
+		}
+	}
+	pthread_mutex_unlock(&c->lock);
+	return NULL;
+}
+
+int cache_start(struct tier *t)
+{
+	struct cache *c;
+	int rc;
+
+	if (!t || t->ops != &tier_cache_ops)
+		return 0;
+	c = t->priv;
+	if (!c->prefault || c->prefaulting)
+		return 0;
+	rc = -pthread_create(&c->prefaulter, NULL, prefaulter, c);
+	if (rc == 0) {
+		pthread_setname_np(c->prefaulter, "ucmfs-prefault");
+		c->prefaulting = true;
+	}
+	return rc;
+}
+
+static void prefault_stop(struct cache *c)
+{
+	if (!c->prefaulting)
+		return;
+	pthread_mutex_lock(&c->lock);
+	c->stopping = true;
+	pthread_cond_signal(&c->pf_wake);
+	pthread_mutex_unlock(&c->lock);
+	pthread_join(c->prefaulter, NULL);
+	c->prefaulting = false;
+}
+
 static void cache_destroy(struct tier *t)
 {
 	struct cache *c = cache_of(t);
 
+	prefault_stop(c);
 	idmap_foreach_safe(&c->map, drop_one, c);
 	idmap_destroy(&c->map);
 	drop_pool(c);
 	dlheap_free(&c->deadlines);
 	c->pol->destroy(c->pol_priv);
 	pthread_cond_destroy(&c->cleaned);
+	pthread_cond_destroy(&c->pf_wake);
 	pthread_mutex_destroy(&c->lock);
 	free(c);
 }
@@ -1235,6 +1343,10 @@ int cache_create(const struct cache_config *cfg, struct tier **out)
 	idmap_init(&c->map);
 	c->capacity = cfg->capacity;
 	c->dirty_wait_ms = cfg->dirty_wait_ms;
+	c->prefault = cfg->prefault;
+	c->common_cap = cfg->size_hint >= BUF_FILE_MIN ? buf_round(cfg->size_hint) : 0;
+	c->size_hinted = c->common_cap != 0;
+	pthread_cond_init(&c->pf_wake, NULL);
 	c->tier.ops = &tier_cache_ops;
 	c->tier.priv = c;
 	*out = &c->tier;

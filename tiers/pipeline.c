@@ -1000,7 +1000,23 @@ int pipeline_create(const struct pipeline_config *cfg, struct tier **out)
 
 int pipeline_start(struct tier *t)
 {
-	return jobs_start(pipe_of(t));
+	struct pipeline *p = pipe_of(t);
+	int rc = cache_start(p->cache);
+
+	if (rc)
+		log_warn("no prefaulter thread (%s): memory is faulted in as blocks come",
+			 strerror(-rc));
+	return jobs_start(p);
+}
+
+/* mem_prefault=, but never more than half the machine's memory: a mem_size larger than
+ * what the machine has must not fault it all in at once. */
+static uint64_t prefault_bytes(const struct ucm_options *o)
+{
+	long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
+	uint64_t half = pages > 0 && psz > 0 ? (uint64_t)pages * (uint64_t)psz / 2 : 0;
+
+	return half && o->mem_prefault > half ? half : o->mem_prefault;
 }
 
 int pipeline_build(const struct ucm_options *o, struct tier **out)
@@ -1021,6 +1037,8 @@ int pipeline_build(const struct ucm_options *o, struct tier **out)
 			.capacity = o->mem_size,
 			.policy = o->policy,
 			.dirty_wait_ms = o->nstores ? 10000 : 0,
+			.prefault = prefault_bytes(o),
+			.size_hint = o->block_size,
 		};
 
 		rc = cache_create(&cc, &pc.cache);

@@ -67,6 +67,7 @@ static void check_consistent(const struct ucm_options *o)
 	CHECK(o->ttl_ms == TTL_NONE || (o->ttl_ms > 0 && o->ttl_ms <= INT64_MAX / 2 / 1000000));
 	CHECK(o->layout == LAYOUT_NATIVE || o->layout == LAYOUT_UCM);
 	CHECK(o->passthrough == PT_AUTO || o->passthrough == PT_ON || o->passthrough == PT_OFF);
+	CHECK(o->mem_prefault <= o->mem_size && o->mem_prefault_pct <= 100);
 	if (o->layout == LAYOUT_UCM)
 		CHECK(!strstr(o->pipeline, "compress") && o->codec != CODEC_ZSTD);
 	CHECK(memchr(o->fuse_opts, '\0', sizeof(o->fuse_opts)) != NULL);
@@ -91,7 +92,7 @@ static void check_format_sizes(const struct ucm_options *o, const char *full, si
 
 /* The lines of options_format() after store= and mountpoint= (whose values are paths that
  * may hold newlines): one per option. */
-#define OPTION_LINES 16
+#define OPTION_LINES 17
 
 /*
  * Turn the effective configuration back into a command line and parse it: the same text.

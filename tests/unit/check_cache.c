@@ -852,6 +852,50 @@ START_TEST(test_cache_exposed_buffer_reclaimed)
 }
 END_TEST
 
+/* --- memory ready before it is needed ---------------------------------------------------- */
+
+static void wait_metric(struct tier *t, const char *name, double at_least)
+{
+	for (int i = 0; i < 2000 && metric(t, name) < at_least; i++)
+		ut_sleep_ms(5);
+	ck_assert_msg(metric(t, name) >= at_least, "%s stayed at %.0f, below %.0f", name,
+		      metric(t, name), at_least);
+}
+
+/*
+ * The prefaulter fills the pool up to `prefault` bytes with buffers of the size it was told
+ * (or learnt from the first block committed), holding no block (usage shows nothing used);
+ * a load of that size then takes one of them instead of fresh memory, and blocks of another
+ * size still find room (pooled buffers are freed for them).
+ */
+START_TEST(test_cache_prefault_fills_pool)
+{
+	const uint64_t size = 1024 * KB, cap = 12 * 1024 * KB;
+	struct cache_config cc = { .capacity = cap, .policy = POLICY_LRU,
+				   .prefault = _i ? cap : 8 * size, .size_hint = _i ? 0 : size };
+	struct tier *t = NULL;
+	struct blockid a = bid(0), b = bid(1), c = bid(3);
+	struct tier_handle *h;
+	struct block_meta m = tu_meta(size, 0);
+
+	ck_assert_int_eq(cache_create(&cc, &t), 0);
+	ck_assert_int_eq(cache_start(t), 0);
+	if (_i) /* no size given: none is prefaulted before a block shows one */
+		ck_assert_int_eq(tu_put(t, &b, 2, size, 0, 0, 0), 0);
+	wait_metric(t, "ucmfs_mem_prefaulted_bytes_total", _i ? (double)(cap - size) : 8.0 * size);
+	ck_assert_uint_eq(usage(t).used, _i ? size : 0);
+	ck_assert_int_eq(t->ops->reserve(t, &a, TIER_RESERVE_OVERWRITE, size, &h), 0);
+	ck_assert_int_eq(tu_write(h, &a, 1, 0, size), (ssize_t)size);
+	ck_assert_int_eq(t->ops->commit(h, &m, 0, NULL), 0);
+	ck_assert_double_ge(metric(t, "ucmfs_mem_buffers_reused_total"), 1);
+	tu_expect(t, &a, 1, size);
+	/* another size: the pool gives its memory up for it */
+	ck_assert_int_eq(tu_put(t, &c, 3, 3 * size + 5, 0, 0, 0), 0);
+	tu_expect(t, &c, 3, 3 * size + 5);
+	tier_destroy(t); /* stops the prefaulter */
+}
+END_TEST
+
 /* --- concurrency ------------------------------------------------------------------------- */
 
 #define POOL_IDS 24
@@ -1043,6 +1087,7 @@ Suite *cache_suite(void)
 	tcase_add_test(core, test_cache_accounting);
 	tcase_add_test(core, test_cache_data_aligned);
 	tcase_add_test(core, test_cache_truncate_grows_with_zeros);
+	tcase_add_loop_test(core, test_cache_prefault_fills_pool, 0, 2);
 	tcase_add_loop_test(errors, test_cache_reserve_beyond_capacity, 0, NPOLICIES);
 	tcase_add_test(errors, test_cache_write_beyond_capacity);
 	tcase_add_loop_test(errors, test_cache_dirty_wait_gives_up, 0, NPOLICIES);
