@@ -43,7 +43,7 @@
  * Memory is also made ready before it is needed: the prefaulter (a thread at SCHED_IDLE, so
  * that it only takes what the CPUs leave) fills the pool, while used + one buffer stays
  * within `prefault`, with buffers faulted in of the size most blocks have (size_hint, else
- * the size of the last large block committed). Pooled memory goes back to the system only
+ * the size of the last large block committed, else the size most blocks below have). Pooled memory goes back to the system only
  * when make_room() needs room that no pooled buffer of the right size gives (a block of
  * another size), never because a block left memory.
  *
@@ -1240,7 +1240,7 @@ static void *prefaulter(void *arg)
 	return NULL;
 }
 
-int cache_start(struct tier *t)
+int cache_start(struct tier *t, uint64_t size)
 {
 	struct cache *c;
 	int rc;
@@ -1250,6 +1250,10 @@ int cache_start(struct tier *t)
 	c = t->priv;
 	if (!c->prefault || c->prefaulting)
 		return 0;
+	pthread_mutex_lock(&c->lock);
+	if (!c->common_cap && size >= BUF_FILE_MIN)
+		c->common_cap = buf_round(size);
+	pthread_mutex_unlock(&c->lock);
 	rc = -pthread_create(&c->prefaulter, NULL, prefaulter, c);
 	if (rc == 0) {
 		pthread_setname_np(c->prefaulter, "ucmfs-prefault");

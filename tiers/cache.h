@@ -24,9 +24,10 @@ struct cache_config {
 /* 0, -ENOMEM, -EINVAL (unknown policy). *out is owned by the caller (tier_destroy). */
 int cache_create(const struct cache_config *cfg, struct tier **out);
 
-/* Start the cache's own thread (the prefaulter), once the process will not fork again.
- * 0 or -errno (the cache works without it). */
-int cache_start(struct tier *t);
+/* Start the cache's own thread (the prefaulter), once the process will not fork again;
+ * `size`, if not 0 and no size_hint was configured, is the size of the blocks it expects
+ * first (those the tier below holds). 0 or -errno (the cache works without it). */
+int cache_start(struct tier *t, uint64_t size);
 
 /* The tier below refuses writes for now (stuck: dumps are parked until it takes them again):
  * a reservation does not wait for dirty blocks to become clean, it fails -ENOSPC at once. */

@@ -1001,8 +1001,13 @@ int pipeline_create(const struct pipeline_config *cfg, struct tier **out)
 int pipeline_start(struct tier *t)
 {
 	struct pipeline *p = pipe_of(t);
-	int rc = cache_start(p->cache);
+	struct tier_usage u = { 0 };
+	int rc;
 
+	/* memory made ready first for the blocks the disk holds (most are one size) */
+	if (p->below && p->below->ops->usage)
+		p->below->ops->usage(p->below, &u);
+	rc = cache_start(p->cache, u.common_size);
 	if (rc)
 		log_warn("no prefaulter thread (%s): memory is faulted in as blocks come",
 			 strerror(-rc));

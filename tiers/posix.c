@@ -1658,6 +1658,22 @@ static uint64_t capacity_now(struct posix *p, uint64_t used)
 	return used + (avail > reserve ? avail - reserve : 0);
 }
 
+/* The size most of the COMMON_SAMPLE most recently used blocks have (a majority vote: exact
+ * when most share one size, as the blocks of one deployment do), 0 if none. p->lock held. */
+#define COMMON_SAMPLE 64
+static uint64_t common_size(struct posix *p)
+{
+	uint64_t cand = 0;
+	unsigned votes = 0, n = 0;
+
+	for (struct pentry *e = p->lru.prev; e != &p->lru && n < COMMON_SAMPLE; e = e->prev, n++) {
+		if (votes == 0)
+			cand = e->size;
+		votes += e->size == cand ? 1 : -1u;
+	}
+	return cand;
+}
+
 static int posix_usage(struct tier *t, struct tier_usage *u)
 {
 	struct posix *p = posix_of(t);
@@ -1666,6 +1682,7 @@ static int posix_usage(struct tier *t, struct tier_usage *u)
 	pthread_mutex_lock(&p->lock);
 	u->used = p->phys_used;
 	u->blocks = p->map.count - p->expired_held;
+	u->common_size = common_size(p);
 	pthread_mutex_unlock(&p->lock);
 	if (statvfs(p->data, &sv))
 		memset(&sv, 0, sizeof(sv));

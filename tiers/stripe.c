@@ -157,6 +157,8 @@ static int s_usage(struct tier *t, struct tier_usage *u)
 		u->used += c.used;
 		u->blocks += c.blocks;
 		u->fs_free += c.fs_free;
+		if (!u->common_size)
+			u->common_size = c.common_size; /* blocks spread evenly: any one says */
 	}
 	return 0;
 }

@@ -123,6 +123,7 @@ struct tier_usage {
 	uint64_t dirty_blocks; /* (cache) blocks not yet safe below */
 	uint64_t fresh_blocks; /* (cache) dirty blocks of ids with no version below at all */
 	uint64_t fs_free;    /* bytes free on the underlying filesystem (disk tiers), else 0 */
+	uint64_t common_size; /* (disk) the size most of the latest used blocks have, 0 if none */
 };
 
 /* Called back by map_start(): data (valid until the handle is returned) or NULL and -errno. */

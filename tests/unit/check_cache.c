@@ -879,7 +879,7 @@ START_TEST(test_cache_prefault_fills_pool)
 	struct block_meta m = tu_meta(size, 0);
 
 	ck_assert_int_eq(cache_create(&cc, &t), 0);
-	ck_assert_int_eq(cache_start(t), 0);
+	ck_assert_int_eq(cache_start(t, 0), 0);
 	if (_i) /* no size given: none is prefaulted before a block shows one */
 		ck_assert_int_eq(tu_put(t, &b, 2, size, 0, 0, 0), 0);
 	wait_metric(t, "ucmfs_mem_prefaulted_bytes_total", _i ? (double)(cap - size) : 8.0 * size);

@@ -520,6 +520,31 @@ START_TEST(test_posix_usage_is_physical)
 }
 END_TEST
 
+/* usage().common_size: the size most of the latest blocks have, also after a restart (the
+ * daemon makes memory ready in that size before the first load). */
+START_TEST(test_posix_usage_common_size)
+{
+	struct store s;
+	struct tier *t = store_open(&s, (enum ucm_layout)_i);
+	struct tier_usage u;
+
+	ck_assert_int_eq(t->ops->usage(t, &u), 0);
+	ck_assert_uint_eq(u.common_size, 0);
+	for (int i = 0; i < 12; i++) {
+		struct blockid id = ut_id(60 + (uint64_t)i);
+
+		/* most are 300000 bytes; every third another size */
+		ck_assert_int_eq(tu_put(t, &id, 1, i % 3 ? 300000 : 5000 + (uint64_t)i, 0, 0, 0), 0);
+	}
+	ck_assert_int_eq(t->ops->usage(t, &u), 0);
+	ck_assert_uint_eq(u.common_size, 300000);
+	t = store_reopen(&s);
+	ck_assert_int_eq(t->ops->usage(t, &u), 0);
+	ck_assert_uint_eq(u.common_size, 300000);
+	store_close(&s);
+}
+END_TEST
+
 START_TEST(test_posix_remove_deletes_file)
 {
 	struct store s;
@@ -1285,6 +1310,7 @@ Suite *posix_suite(void)
 
 	/* loop index = layout: LAYOUT_NATIVE (0), LAYOUT_UCM (1) */
 	tcase_add_loop_test(core, test_posix_reopen_finds_every_block, 0, 2);
+	tcase_add_loop_test(core, test_posix_usage_common_size, 0, 2);
 	tcase_add_loop_test(core, test_posix_usage_is_physical, 0, 2);
 	tcase_add_loop_test(core, test_posix_remove_deletes_file, 0, 2);
 	tcase_add_loop_test(core, test_posix_abort_removes_temp, 0, 2);
