@@ -1000,14 +1000,17 @@ static struct loading *load_new(struct pipeline *p, const struct blockid *id,
 	ld->t0 = mono_ns();
 	p->below->ops->stat(lh, &ld->a);
 	ld->piece = PIECE;
-	/* one piece per stored chunk, so that each piece decodes exactly one; a block checked as
-	 * a whole is one piece: reading a part of it reads all of it first (then that part again,
-	 * from the disk: O_DIRECT), so pieces would read it twice, in a queue one deep */
+	/* one piece per stored chunk, so that each piece decodes exactly one. One piece for all:
+	 * a block checked as a whole (reading a part of it reads all of it first, then that part
+	 * again from the disk: pieces would read it twice, in a queue one deep), and a block
+	 * stored raw that the daemon loads for itself (a prefetch: nobody waits for a first
+	 * piece, and one read of the whole lands straight in the buffer, as deep as the disk
+	 * takes it, where pieces go through the read-ahead windows and are copied out) */
 	if (p->below->ops->layout && p->below->ops->layout(lh, &lay) == 0) {
-		if (lay.nchunks && lay.chunk_size >= (64u << 10))
-			ld->piece = lay.chunk_size;
-		else if (lay.whole && ld->a.size)
+		if (ld->a.size && (lay.whole || (wait && lay.codec == CODEC_RAW)))
 			ld->piece = ld->a.size;
+		else if (lay.nchunks && lay.chunk_size >= (64u << 10))
+			ld->piece = lay.chunk_size;
 	}
 	pieces = (ld->a.size + ld->piece - 1) / ld->piece;
 	if (pieces > MAX_PIECES) {

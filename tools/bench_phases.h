@@ -24,6 +24,7 @@
 
 struct cfg {
 	bool quick, keep;
+	bool loads_only;    /* --loads-only: the prefetch phase alone */
 	uint64_t sizes[MAX_SIZES];
 	unsigned nsizes;
 	uint64_t blocks;    /* 0: per-size default */

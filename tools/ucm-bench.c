@@ -215,6 +215,7 @@ static const char usage_text[] =
 	"  --json FILE      also write the rows as JSON\n"
 	"  --seed N         data and name seed (default 1)\n"
 	"  --keep           keep the temporary directory (logs, store)\n"
+	"  --loads-only     only the loads of cold blocks (prefetch, readers) and their fio floor\n"
 	"Exit status: 0 when every figure was measured, 1 if any failed, 2 on bad usage.\n";
 
 static int usage_error(const char *fmt, const char *arg)
@@ -228,7 +229,8 @@ static int usage_error(const char *fmt, const char *arg)
 static int parse_args(int argc, char **argv, struct cfg *c)
 {
 	enum { O_QUICK = 256, O_BLOCK, O_BLOCKS, O_THREADS, O_META, O_TIME, O_DEPTH, O_DIR,
-	       O_MNT, O_UCMFS, O_NULLFS, O_OPTS, O_JSON, O_SEED, O_KEEP, O_HELP, O_MOUNT };
+	       O_MNT, O_UCMFS, O_NULLFS, O_OPTS, O_JSON, O_SEED, O_KEEP, O_HELP, O_MOUNT,
+	       O_LOADS };
 	static const struct option lo[] = {
 		{ "quick", no_argument, NULL, O_QUICK },
 		{ "block", required_argument, NULL, O_BLOCK },
@@ -246,6 +248,7 @@ static int parse_args(int argc, char **argv, struct cfg *c)
 		{ "seed", required_argument, NULL, O_SEED },
 		{ "keep", no_argument, NULL, O_KEEP },
 		{ "mount-blocks", required_argument, NULL, O_MOUNT },
+		{ "loads-only", no_argument, NULL, O_LOADS },
 		{ "help", no_argument, NULL, O_HELP },
 		{ NULL, 0, NULL, 0 }
 	};
@@ -261,6 +264,7 @@ static int parse_args(int argc, char **argv, struct cfg *c)
 		switch (o) {
 		case O_QUICK: c->quick = true; break;
 		case O_KEEP: c->keep = true; break;
+		case O_LOADS: c->loads_only = true; break;
 		case O_BLOCK:
 			if (parse_size(optarg, &v) || v < 4096 || v % 4096 || v > (1ull << 30))
 				return usage_error("--block %s: a SIZE, a multiple of 4K up to 1G",
@@ -477,7 +481,7 @@ int main(int argc, char **argv)
 		if (mem_for(bytes) > R.mem_size)
 			R.mem_size = mem_for(bytes);
 	}
-	for (unsigned i = 0; i < R.c.nsizes; i++) {
+	for (unsigned i = 0; i < R.c.nsizes && !R.c.loads_only; i++) {
 		/* a fresh store per size, so that each phase starts from an empty daemon */
 		if (!R.c.mnt && ucm_stop() == 0)
 			rm_rf(R.store);
@@ -486,16 +490,19 @@ int main(int argc, char **argv)
 	ucm_stop();
 	run_prefetch();
 	prefetch_rows();
+	if (R.c.loads_only)
+		goto done;
 	if (mem_for(R.c.meta * META_BLOCK * 2) > R.mem_size)
 		R.mem_size = mem_for(R.c.meta * META_BLOCK * 2);
 	run_meta();
 	run_hitrate();
 	run_mount();
+	mixed_rows();
+	floor_rows();
+done:
 	alarm(0);
 	if (isatty(2))
 		fprintf(stderr, "\r\033[K");
-	mixed_rows();
-	floor_rows();
 
 	rows_print(stdout);
 	if (rows_missing())
