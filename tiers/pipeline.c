@@ -63,7 +63,7 @@ struct session {
 	_Atomic int64_t ttl_ms;      /* set under p->lock by set_ttl, read at publish */
 };
 
-#define AIO_DEPTH 16 /* io=aio: IOs in flight per store (measured: docs/BENCHMARKS.md) */
+#define AIO_DEPTH 128 /* io=aio: IOs in flight per store (measured: docs/BENCHMARKS.md) */
 #define NO_SIZE UINT64_MAX
 #define SESSION(n) ((struct session *)((char *)(n) - offsetof(struct session, node)))
 
