@@ -146,15 +146,23 @@ static struct tls *tls_get(void)
 }
 
 /* Scratch buffer i of at least n bytes, or NULL. */
+/* Scratch buffer i of this thread, at least n bytes, 4 KiB-aligned so that a read of stored
+ * bytes into it goes straight from the disk (O_DIRECT). Its contents are not kept. It grows
+ * by powers of two: blocks' stored sizes differ a little, and each new buffer is fresh memory
+ * to fault in. */
 static char *scratch(struct tls *t, int i, size_t n)
 {
 	if (t->len[i] < n) {
-		char *p = realloc(t->buf[i], n);
+		size_t cap = 64u << 10;
+		void *p;
 
-		if (!p)
+		while (cap < n)
+			cap *= 2;
+		if (posix_memalign(&p, 4096, cap))
 			return NULL;
+		free(t->buf[i]);
 		t->buf[i] = p;
-		t->len[i] = n;
+		t->len[i] = cap;
 	}
 	return t->buf[i];
 }

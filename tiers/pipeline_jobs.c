@@ -1003,11 +1003,12 @@ static struct loading *load_new(struct pipeline *p, const struct blockid *id,
 	/* one piece per stored chunk, so that each piece decodes exactly one. One piece for all:
 	 * a block checked as a whole (reading a part of it reads all of it first, then that part
 	 * again from the disk: pieces would read it twice, in a queue one deep), and a block
-	 * stored raw that the daemon loads for itself (a prefetch: nobody waits for a first
-	 * piece, and one read of the whole lands straight in the buffer, as deep as the disk
-	 * takes it, where pieces go through the read-ahead windows and are copied out) */
+	 * the daemon loads for itself (a prefetch: nobody waits for a first piece, and one read
+	 * of all its stored bytes lands straight in memory, as deep as the disk takes it, where
+	 * pieces go through the read-ahead windows and are copied out of them; its chunks are
+	 * then decoded one after the other, by the worker that read them) */
 	if (p->below->ops->layout && p->below->ops->layout(lh, &lay) == 0) {
-		if (ld->a.size && (lay.whole || (wait && lay.codec == CODEC_RAW)))
+		if (ld->a.size && (lay.whole || wait))
 			ld->piece = ld->a.size;
 		else if (lay.nchunks && lay.chunk_size >= (64u << 10))
 			ld->piece = lay.chunk_size;
