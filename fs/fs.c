@@ -17,8 +17,8 @@
  * itself and sends no READ; the daemon still sees the open and the release, which pin and
  * unpin the version as for any reader. fs/inode.h says which readers of a node may pass
  * through (the kernel forbids mixing them with page-cache readers); the backing id lives
- * from a node's first passthrough open to its last release. A file handed to the kernel is
- * never written or reused by the memory tier again (a process may map it past its close).
+ * from a node's first passthrough open to its last release. The memory tier never writes a
+ * file handed to the kernel while anybody holds it (a process may map it past its close).
  *
  * Every reply is sent by the handler that received the request; no lock of this file is
  * held across a reply.

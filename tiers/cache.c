@@ -79,7 +79,8 @@ struct cblock {
 	bool in_policy;          /* protected by c->lock */
 	bool pool_sized;         /* its buffer came from the pool: keep its size */
 	bool exposed;            /* its buffer's file was handed out (cache_backing()): never
-				    written again nor reused; protected by c->lock */
+				    written again, reused only once nobody holds the file
+				    (reclaim_buffer()); protected by c->lock */
 	uint64_t stale_end;      /* reservation: bytes below may hold someone else's data; the
 				    bytes from here on are zero */
 	bool fresh;              /* dirty, and its id has no version below (TIER_COMMIT_FRESH) */
@@ -660,7 +661,8 @@ static int cache_backing(struct tier_handle *th)
 	/* committed: its bytes and size are final; the handle keeps the buffer alive */
 	fd = buf_file(b->data, b->cap, b->size);
 	if (fd >= 0) {
-		/* from now on the file is the kernel's too: never written or reused again */
+		/* from now on the file is the kernel's too: never written again, and reused only
+		 * once nobody holds it (reclaim_buffer()) */
 		pthread_mutex_lock(&c->lock);
 		b->exposed = true;
 		pthread_mutex_unlock(&c->lock);
