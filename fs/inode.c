@@ -119,9 +119,15 @@ struct inode *itable_get_version(struct itable *t, const struct blockid *id, int
 	pthread_mutex_lock(&t->lock);
 	ino = current_locked(t, id);
 	if (ino && ino->version && ino->version != version) {
+		/* a writer told -ESTALE is due on whatever node the name shows next (a lookup
+		 * that raced a commit can give its node an older version, the next one a newer) */
+		bool due = ino->writer_due;
+
 		detach_locked(t, ino);
 		maybe_free(t, ino);
 		ino = current_locked(t, id);
+		if (ino)
+			ino->writer_due |= due;
 	}
 	if (ino) {
 		if (!ino->version)
@@ -191,9 +197,13 @@ int itable_pt_join(struct itable *t, struct inode *ino, bool purge,
 	int id = 0;
 
 	pthread_mutex_lock(&t->lock);
+	/* A node gets a backing id only while no other open of it reads through the daemon.
+	 * The kernel fails a non-passthrough open of an inode with a backing file (EIO), and it
+	 * completes opens in any order: a direct reader answered before this open may reach
+	 * the kernel after it, so it counts until its release. */
 	if (ino->pt_readers)
 		id = ino->backing_id;
-	else if (ino->plain_readers == 0 && open_backing)
+	else if (ino->plain_readers == 0 && ino->readers == ino->cached_readers && open_backing)
 		id = open_backing(arg);
 	if (id > 0) {
 		ino->backing_id = id;

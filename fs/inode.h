@@ -11,7 +11,8 @@
  * shows, as it carries no file handle), and a writer's writes move it. So a writer never
  * shares a node with readers that the page cache serves: a writer's open that would
  * detaches the node and fails -ESTALE, and the kernel looks the name up again, which gives a
- * fresh node. A reader never shares one with readers of another version: a reader opening a
+ * fresh node (still the one a writer is due on when a lookup that raced a commit binds it to
+ * an older version and the next lookup makes another). A reader never shares one with readers of another version: a reader opening a
  * node that others read at an older version reads that version with them (its lookup saw
  * it). A reader opening a node with writers (or made for a writer's retry) reads direct. A
  * node nobody holds open takes the newer version a reader opened, after its pages are
@@ -24,7 +25,10 @@
  * first such open to the last one's release), or none does: each cached reader, as it opens,
  * joins the passthrough readers if there are some, starts them if no cached reader reads
  * through the daemon, and else reads through the daemon. Writers and direct readers never mix with them:
- * passthrough readers are cached readers, so a writer's open detaches their node (-ESTALE).
+ * passthrough readers are cached readers, so a writer's open detaches their node (-ESTALE);
+ * and as the kernel completes opens in any order (a direct reader answered first may reach
+ * it after a passthrough reader answered next), no reader starts a backing id while a direct
+ * reader of the node is open.
  *
  * A block's node id is the address of its `struct inode`, which lives while the kernel holds
  * lookups on it (nlookup) or the daemon holds references (open handles). The small node ids
@@ -116,7 +120,7 @@ void *itable_del_reader(struct itable *t, struct inode *ino, bool cached);
 
 /*
  * How a cached reader of ino (counted by itable_add_reader()) reads: with the node's backing
- * id if it has one; else, if no cached reader of ino reads through the daemon, with a new one
+ * id if it has one; else, if no other reader of ino reads through the daemon, with a new one
  * from open_backing(arg) (NULL: none can be had; called with the table lock held, it returns
  * a backing id > 0 or -errno), which the node keeps; else through the daemon. Returns the
  * backing id the reader's open carries, or 0 (through the daemon). Either way the reader is
