@@ -1,4 +1,5 @@
-/* Logging: to stderr in the foreground, to syslog once daemonized. */
+/* Logging: to stderr in the foreground (with the journal's priority prefix when stderr is
+ * journald's stream, as under systemd), to syslog once daemonized. Levels: log_level=. */
 #ifndef UCM_LOG_H
 #define UCM_LOG_H
 

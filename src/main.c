@@ -27,8 +27,7 @@ int main(int argc, char **argv)
 		options_free(&o);
 		return 2;
 	}
-	if (o.debug)
-		log_set_level(LOG_LVL_DEBUG);
+	log_set_level(o.log_level);
 	/* passthrough needs the memory tier's blocks in files, before the first is made */
 	if (o.passthrough != PT_OFF && buf_use_files(msg, sizeof(msg))) {
 		if (o.passthrough == PT_ON) {

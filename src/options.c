@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "src/log.h"
 #include "src/units.h"
 
 #define MIN_BLOCK_SIZE 1ULL
@@ -20,8 +21,8 @@ static const char usage[] =
 	"     max_block=SIZE, policy=clock|lru|fifo, pipeline=cache:compress:posix,\n"
 	"     compress=none|zstd[:LEVEL], shuffle=auto|none|2|4, io=aio|psync, io_depth=N,\n"
 	"     io_timeout=DUR, ttl=DUR, durable, layout=native|ucm, readahead=SIZE,\n"
-	"     passthrough=auto|on|off, and the standard FUSE mount options (allow_other,\n"
-	"     fsname=, ...)\n"
+	"     passthrough=auto|on|off, log_level=err|warn|info|debug, and the standard FUSE\n"
+	"     mount options (allow_other, fsname=, ...)\n"
 	"See ucmfs(8).\n";
 
 void options_defaults(struct ucm_options *o)
@@ -38,6 +39,7 @@ void options_defaults(struct ucm_options *o)
 	o->readahead = 1ULL << 20;
 	o->ttl_ms = TTL_NONE;
 	o->layout = LAYOUT_NATIVE;
+	o->log_level = LOG_LVL_INFO;
 }
 
 void options_free(struct ucm_options *o)
@@ -145,6 +147,7 @@ int options_apply(struct ucm_options *o, const char *opt, char *msg, size_t len)
 	static const char *const layouts[] = { "native", "ucm" };
 	static const char *const passthroughs[] = { "auto", "on", "off" };
 	static const char *const shuffles[] = { "auto", "none", "2", "4" };
+	static const char *const levels[] = { "err", "warn", "info", "debug" };
 	char key[64];
 	const char *eq = strchr(opt, '='), *val = eq ? eq + 1 : NULL;
 	size_t klen = eq ? (size_t)(eq - opt) : strlen(opt);
@@ -268,6 +271,10 @@ int options_apply(struct ucm_options *o, const char *opt, char *msg, size_t len)
 	if (!strcmp(key, "passthrough")) {
 		rc = opt_word(key, val, passthroughs, 3, msg, len);
 		return rc < 0 ? rc : (o->passthrough = (enum ucm_passthrough)rc, 0);
+	}
+	if (!strcmp(key, "log_level")) {
+		rc = opt_word(key, val, levels, 4, msg, len);
+		return rc < 0 ? rc : (o->log_level = rc, 0);
 	}
 	return -ENOENT;
 }
@@ -424,6 +431,7 @@ int options_parse(struct ucm_options *o, int argc, char **argv, char *msg, size_
 			o->foreground = true;
 		} else if (!strcmp(a, "-d") || !strcmp(a, "--debug")) {
 			o->foreground = o->debug = true;
+			o->log_level = LOG_LVL_DEBUG;
 		} else if (!strncmp(a, "-o", 2)) {
 			const char *list = a[2] ? a + 2 : (i + 1 < argc ? argv[++i] : NULL);
 
@@ -462,6 +470,7 @@ size_t options_format(const struct ucm_options *o, char *buf, size_t len)
 {
 	static const char *const policies[] = { "clock", "lru", "fifo" };
 	static const char *const pts[] = { "auto", "on", "off" };
+	static const char *const levels[] = { "err", "warn", "info", "debug" };
 	char mem[32], disk[32], bs[32], mb[32], ra[32], store[4096] = "", ttl[32], codec[32];
 	char shuf[8], pf[32];
 	size_t n;
@@ -499,11 +508,12 @@ size_t options_format(const struct ucm_options *o, char *buf, size_t len)
 			     "block_size=%s\n"
 			     "max_block=%s\npolicy=%s\npipeline=%s\ncompress=%s\nshuffle=%s\n"
 			     "io=%s\nio_depth=%u\nio_timeout=%lldms\nttl=%s\ndurable=%d\nlayout=%s\n"
-			     "readahead=%s\npassthrough=%s\n",
+			     "readahead=%s\npassthrough=%s\nlog_level=%s\n",
 			     o->nstores ? store : "none", o->mountpoint ? o->mountpoint : "", mem, pf,
 			     disk, o->block_size ? bs : "unset", mb, policies[o->policy],
 			     o->pipeline, codec, shuf, o->io == IO_AIO ? "aio" : "psync",
 			     o->io_depth, (long long)o->io_timeout_ms, ttl, o->durable ? 1 : 0,
-			     o->layout == LAYOUT_NATIVE ? "native" : "ucm", ra, pts[o->passthrough]);
+			     o->layout == LAYOUT_NATIVE ? "native" : "ucm", ra, pts[o->passthrough],
+			     levels[o->log_level]);
 	return n < len ? n : len - 1;
 }

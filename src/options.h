@@ -46,6 +46,7 @@ struct ucm_options {
 	enum ucm_layout layout;
 	enum ucm_passthrough passthrough; /* kernel reads of blocks in memory without the daemon */
 
+	int log_level;       /* LOG_LVL_* of src/log.h: the least urgent that is logged */
 	bool foreground;
 	bool debug;
 	/* Standard FUSE/mount options to hand to libfuse, comma-separated ("" if none). */

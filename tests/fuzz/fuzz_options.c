@@ -92,7 +92,7 @@ static void check_format_sizes(const struct ucm_options *o, const char *full, si
 
 /* The lines of options_format() after store= and mountpoint= (whose values are paths that
  * may hold newlines): one per option. */
-#define OPTION_LINES 17
+#define OPTION_LINES 18
 
 /*
  * Turn the effective configuration back into a command line and parse it: the same text.

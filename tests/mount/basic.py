@@ -1,15 +1,17 @@
 #!/usr/bin/env python3
 """Basic use of a mount: round trips, listing, stat, touch, shell redirects, /.ucm/config,
-statfs and du (DESIGN.md sections 2 and 3)."""
+statfs and du (DESIGN.md sections 2 and 3), and what the daemon logs (log_level=)."""
 import os
 import random
 import re
 import stat
+import subprocess
 import sys
+import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from ucmtest import (KiB, MiB, Mount, case, check, cmd, pattern, rand_id, read_file, run,
-                     same, wait_until, write_file)
+from ucmtest import (KiB, MiB, Mount, case, check, cmd, daemon_bin, daemon_env, pattern,
+                     rand_id, read_file, run, same, wait_until, with_test_opts, write_file)
 
 
 def mixed_sizes(n, rng):
@@ -207,6 +209,55 @@ def test_shell_redirect():
         same(read_file(m.path(bid)), data, 'cat | dd of=mnt/ID')
 
 
+def journal_log(opts):
+    """The daemon's stderr when it is (as far as it can tell) a journald stream: a mount and
+    an unmount with JOURNAL_STREAM naming the file its stderr goes to."""
+    tmp = tempfile.mkdtemp(prefix='ucmfs-log-')
+    mnt, log = os.path.join(tmp, 'mnt'), os.path.join(tmp, 'log')
+    os.mkdir(mnt)
+    with open(log, 'wb') as f:
+        st = os.fstat(f.fileno())
+        env = dict(daemon_env(), JOURNAL_STREAM='%d:%d' % (st.st_dev, st.st_ino))
+        p = subprocess.Popen([daemon_bin(), '-f', '-o', with_test_opts(opts),
+                              os.path.join(tmp, 'store'), mnt], stdin=subprocess.DEVNULL,
+                             stdout=f, stderr=f, env=env)
+    try:
+        wait_until(lambda: os.path.ismount(mnt) or p.poll() is not None, 20)
+        check(p.poll() is None, 'ucmfs exited %s' % p.returncode)
+        cmd(['fusermount3', '-u', mnt])
+        p.wait(timeout=60)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    with open(log, 'rb') as f:
+        text = f.read().decode(errors='replace')
+    subprocess.run(['rm', '-rf', tmp])
+    return text
+
+
+def test_log_level():
+    """log_level= drops the less urgent lines; under journald every line carries its level."""
+    with Mount('mem_size=16M') as m:
+        check(re.search(r'^ucmfs: store .*: 0 blocks', m.log_text(), re.M),
+              'no start line at the default log_level=info: %r' % m.log_text())
+    with Mount('mem_size=16M,log_level=warn') as m:
+        cfg = read_file(m.path('.ucm/config')).decode()
+        check('log_level=warn\n' in cfg, '/.ucm/config lacks log_level=warn: %r' % cfg)
+        check('store' not in m.log_text(), 'an info line at log_level=warn: %r' % m.log_text())
+    text = journal_log('mem_size=16M')
+    lines = [l for l in text.split('\n') if l]
+    check(lines, 'nothing logged to the journal stream')
+    check(all(re.match(r'<[0-7]>', l) for l in lines),
+          'a line without its priority on a journal stream: %r' % text)
+    check(any(re.match(r'<6>store .*: 0 blocks', l) for l in lines),
+          'the start line is not at priority 6 (info): %r' % text)
+    r = cmd([daemon_bin(), '-f', '-o', 'log_level=loud', 'none', '/nonexistent'],
+            check_rc=False)
+    check(r.returncode == 2 and 'log_level' in r.stderr and r.stderr.count('\n') == 1,
+          'log_level=loud: exit %d, %r' % (r.returncode, r.stderr))
+
+
 if __name__ == '__main__':
     run([test_roundtrip_200_blocks, test_config_file, test_statfs_and_du, test_touch,
-         test_shell_redirect])
+         test_shell_redirect, test_log_level])

@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "src/log.h"
 #include "src/options.h"
 #include "src/units.h"
 #include "tests/unit/unit.h"
@@ -338,6 +339,8 @@ START_TEST(test_options_ttl)
 	bad_opts("ttl=", "ttl");
 	bad_opts("ttl", "ttl");
 	bad_opts("ttl=99999999999999999999d", "ttl");
+	bad_opts("log_level=loud", "log_level");
+	bad_opts("log_level", "log_level");
 }
 END_TEST
 
@@ -396,6 +399,14 @@ START_TEST(test_options_dash_o_forms)
 	ck_assert(opts.foreground && !opts.debug);
 	ck_assert_int_eq(parse("-d", "/s", "/m", NULL), 0);
 	ck_assert(opts.foreground && opts.debug);
+	ck_assert_int_eq(opts.log_level, LOG_LVL_DEBUG);
+	/* log_level= after -d wins; the default is info */
+	ck_assert_int_eq(parse("-d", "-o", "log_level=warn", "/s", "/m", NULL), 0);
+	ck_assert_int_eq(opts.log_level, LOG_LVL_WARN);
+	ck_assert_int_eq(parse("/s", "/m", NULL), 0);
+	ck_assert_int_eq(opts.log_level, LOG_LVL_INFO);
+	ck_assert_int_eq(parse("-o", "log_level=err", "/s", "/m", NULL), 0);
+	ck_assert_int_eq(opts.log_level, LOG_LVL_ERR);
 	/* an empty item in a list is harmless */
 	ck_assert_int_eq(parse("-o", "mem_size=2G,,durable", "/s", "/m", NULL), 0);
 	ck_assert(opts.durable);
