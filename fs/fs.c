@@ -40,6 +40,7 @@
 #include "src/bdi.h"
 #include "src/buf.h"
 #include "src/log.h"
+#include "src/notify.h"
 #include "tiers/pipeline.h"
 
 #define MAX_REQUEST (1u << 20)
@@ -1172,7 +1173,9 @@ int fs_run(const struct ucm_options *o, struct tier *pipe)
 	}
 	fuse_loop_cfg_set_max_threads(lc, 16);
 	fuse_loop_cfg_set_idle_threads(lc, 4);
+	notify_manager("READY=1");
 	rc = fuse_session_loop_mt(fs.se, lc);
+	notify_manager("STOPPING=1");
 	status = rc == 0 || rc == SIGTERM || rc == SIGINT || rc == SIGHUP ? 0 : 1;
 	/* reads left waiting for the disk are answered by the pipeline's threads: their replies
 	 * go out before the unmount closes the session's descriptor (an IO that hangs fails

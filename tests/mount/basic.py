@@ -4,6 +4,7 @@ statfs and du (DESIGN.md sections 2 and 3), and what the daemon logs (log_level=
 import os
 import random
 import re
+import socket
 import stat
 import subprocess
 import sys
@@ -209,31 +210,49 @@ def test_shell_redirect():
         same(read_file(m.path(bid)), data, 'cat | dd of=mnt/ID')
 
 
-def journal_log(opts):
-    """The daemon's stderr when it is (as far as it can tell) a journald stream: a mount and
-    an unmount with JOURNAL_STREAM naming the file its stderr goes to."""
-    tmp = tempfile.mkdtemp(prefix='ucmfs-log-')
+def as_service(opts):
+    """Mount and unmount the way ucmfs@.service runs the daemon: in the foreground, stderr
+    a journald stream (JOURNAL_STREAM names the file it goes to), NOTIFY_SOCKET set. Returns
+    (what it logged, the datagrams it sent while mounted, those it sent after)."""
+    tmp = tempfile.mkdtemp(prefix='ucmfs-svc-')
     mnt, log = os.path.join(tmp, 'mnt'), os.path.join(tmp, 'log')
     os.mkdir(mnt)
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    sock.bind(os.path.join(tmp, 'notify'))
+    sock.setblocking(False)
+
+    def received():
+        got = []
+        while True:
+            try:
+                got.append(sock.recv(4096).decode())
+            except BlockingIOError:
+                return got
+
     with open(log, 'wb') as f:
         st = os.fstat(f.fileno())
-        env = dict(daemon_env(), JOURNAL_STREAM='%d:%d' % (st.st_dev, st.st_ino))
+        env = dict(daemon_env(), JOURNAL_STREAM='%d:%d' % (st.st_dev, st.st_ino),
+                   NOTIFY_SOCKET=os.path.join(tmp, 'notify'))
         p = subprocess.Popen([daemon_bin(), '-f', '-o', with_test_opts(opts),
                               os.path.join(tmp, 'store'), mnt], stdin=subprocess.DEVNULL,
                              stdout=f, stderr=f, env=env)
     try:
         wait_until(lambda: os.path.ismount(mnt) or p.poll() is not None, 20)
         check(p.poll() is None, 'ucmfs exited %s' % p.returncode)
+        during = []
+        wait_until(lambda: during.extend(received()) or 'READY=1' in during, 5)
         cmd(['fusermount3', '-u', mnt])
         p.wait(timeout=60)
+        after = received()
     finally:
         if p.poll() is None:
             p.kill()
             p.wait()
+        sock.close()
     with open(log, 'rb') as f:
         text = f.read().decode(errors='replace')
     subprocess.run(['rm', '-rf', tmp])
-    return text
+    return text, during, after
 
 
 def test_log_level():
@@ -245,7 +264,7 @@ def test_log_level():
         cfg = read_file(m.path('.ucm/config')).decode()
         check('log_level=warn\n' in cfg, '/.ucm/config lacks log_level=warn: %r' % cfg)
         check('store' not in m.log_text(), 'an info line at log_level=warn: %r' % m.log_text())
-    text = journal_log('mem_size=16M')
+    text, _, _ = as_service('mem_size=16M')
     lines = [l for l in text.split('\n') if l]
     check(lines, 'nothing logged to the journal stream')
     check(all(re.match(r'<[0-7]>', l) for l in lines),
@@ -258,6 +277,14 @@ def test_log_level():
           'log_level=loud: exit %d, %r' % (r.returncode, r.stderr))
 
 
+def test_service_readiness():
+    """Under a Type=notify unit the daemon says READY=1 once it serves its mount and
+    STOPPING=1 at unmount (sd_notify's protocol), so units after it start on a live mount."""
+    _, during, after = as_service('mem_size=16M')
+    check(during == ['READY=1'], 'while mounted the daemon sent %r, not READY=1' % during)
+    check(after == ['STOPPING=1'], 'at unmount the daemon sent %r, not STOPPING=1' % after)
+
+
 if __name__ == '__main__':
     run([test_roundtrip_200_blocks, test_config_file, test_statfs_and_du, test_touch,
-         test_shell_redirect, test_log_level])
+         test_shell_redirect, test_log_level, test_service_readiness])
