@@ -1156,7 +1156,7 @@ int fs_run(const struct ucm_options *o, struct tier *pipe)
 	if (report_passthrough(&fs))
 		goto out_unmount;
 	if (!o->foreground)
-		log_use_syslog();
+		log_use_syslog(-1);
 	if (fuse_daemonize(o->foreground)) {
 		log_err("cannot go to the background");
 		goto out_unmount;

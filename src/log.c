@@ -9,6 +9,7 @@
 
 static int log_level = LOG_LVL_INFO;
 static int to_syslog;
+static int stderr_level = LOG_LVL_DEBUG; /* with syslog: the least urgent also on stderr */
 static int journal = -1; /* stderr is a journald stream: -1 not known yet, 0 no, 1 yes */
 
 void log_set_level(int level)
@@ -16,10 +17,12 @@ void log_set_level(int level)
 	log_level = level;
 }
 
-void log_use_syslog(void)
+void log_use_syslog(int also_stderr)
 {
-	openlog("ucmfs", LOG_PID, LOG_DAEMON);
+	if (!to_syslog)
+		openlog("ucmfs", LOG_PID, LOG_DAEMON);
 	to_syslog = 1;
+	stderr_level = also_stderr;
 }
 
 /* systemd names the stream it connected to stderr in JOURNAL_STREAM ("DEV:INODE"); the
@@ -44,8 +47,13 @@ void ucm_log(int level, const char *fmt, ...)
 		return;
 	va_start(ap, fmt);
 	if (to_syslog) {
-		vsyslog(prio[level], fmt, ap);
-	} else {
+		va_list again;
+
+		va_copy(again, ap);
+		vsyslog(prio[level], fmt, again);
+		va_end(again);
+	}
+	if (!to_syslog || level <= stderr_level) {
 		char line[1024];
 
 		if (journal < 0)

@@ -28,6 +28,8 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	log_set_level(o.log_level);
+	if (!o.foreground)
+		log_use_syslog(LOG_LVL_WARN);
 	/* passthrough needs the memory tier's blocks in files, before the first is made */
 	if (o.passthrough != PT_OFF && buf_use_files(msg, sizeof(msg))) {
 		if (o.passthrough == PT_ON) {

@@ -271,6 +271,21 @@ def test_log_level():
           'a line without its priority on a journal stream: %r' % text)
     check(any(re.match(r'<6>store .*: 0 blocks', l) for l in lines),
           'the start line is not at priority 6 (info): %r' % text)
+    # in the background, as mount(8) starts it: info lines to syslog only, errors to both
+    tmp = tempfile.mkdtemp(prefix='ucmfs-bg-')
+    try:
+        os.mkdir(os.path.join(tmp, 'mnt'))
+        r = cmd([daemon_bin(), '-o', with_test_opts('mem_size=16M'), os.path.join(tmp, 's'),
+                 os.path.join(tmp, 'mnt')])
+        check(os.path.ismount(os.path.join(tmp, 'mnt')), 'ucmfs in the background: no mount')
+        check(r.stderr == '', 'ucmfs in the background wrote to stderr: %r' % r.stderr)
+    finally:
+        subprocess.run(['fusermount3', '-u', os.path.join(tmp, 'mnt')])
+    r = cmd([daemon_bin(), '-o', 'mem_size=16M', '/proc/no/such/store', os.path.join(tmp, 'mnt')],
+            check_rc=False)
+    check(r.returncode == 1 and 'STORE' in r.stderr,
+          'a background start on a bad STORE: exit %d, %r' % (r.returncode, r.stderr))
+    subprocess.run(['rm', '-rf', tmp])
     r = cmd([daemon_bin(), '-f', '-o', 'log_level=loud', 'none', '/nonexistent'],
             check_rc=False)
     check(r.returncode == 2 and 'log_level' in r.stderr and r.stderr.count('\n') == 1,
