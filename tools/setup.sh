@@ -17,9 +17,10 @@ top=$(pwd)
 
 PKGS="gcc libc6-dev libfuse3-dev fuse3 dpkg-dev libzstd-dev libaio-dev libxxhash-dev check meson \
 ninja-build pkg-config fio attr python3"
-# the tests also check /.ucm/stats with promtool (Debian's prometheus package) and fuzz the
-# parsers and decoders with clang's libFuzzer (libclang-rt-dev holds its runtime)
-TEST_PKGS="prometheus clang libclang-rt-dev"
+# the tests also check /.ucm/stats with promtool (Debian's prometheus package), fuzz the
+# parsers and decoders with clang's libFuzzer (libclang-rt-dev holds its runtime), and build,
+# lint and install the Debian package (tests/package)
+TEST_PKGS="prometheus clang libclang-rt-dev debhelper dh-python lintian"
 
 say() { printf '%s\n' "== $*"; }
 
@@ -178,6 +179,8 @@ cmd_test() {
 	quiet ninja -C build-fuzz fuzz-targets
 	say "tests: build/"
 	run_suites build --suite unit --suite mount --suite mount-off
+	say "tests: the Debian package (built, linted, installed, used, purged)"
+	run_suites build --suite package
 	say "tests: build-asan/ (ASan+UBSan)"
 	run_suites build-asan --suite unit --suite fault --suite mount --timeout-multiplier 3
 	say "tests: build-tsan/ (TSan: the suites that run threads)"

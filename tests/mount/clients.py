@@ -1,7 +1,11 @@
 #!/usr/bin/env python3
 """The engine clients against a real mount: the C client (tools/client/ucmfs.h, exercised by
 the client-test program built beside the daemon) and the Python client
-(tools/client/ucmfs.py): round trips, shard reads, prefix lookups, TTLs, prefetch."""
+(tools/client/ucmfs.py): round trips, shard reads, prefix lookups, TTLs, prefetch.
+
+UCMFS_CLIENT=installed runs them against the installed copies instead (tests/package): the
+module ucmfs that python3 finds by itself, and the programs named by CLIENT_TEST_BIN and
+CLIENT_EXAMPLE_BIN, built against the installed library."""
 import array
 import errno
 import os
@@ -10,10 +14,16 @@ import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-sys.path.insert(0, os.path.join(HERE, '..', '..', 'tools', 'client'))
+INSTALLED = os.environ.get('UCMFS_CLIENT') == 'installed'
+if not INSTALLED:
+    sys.path.insert(0, os.path.join(HERE, '..', '..', 'tools', 'client'))
 from ucmtest import (KiB, MiB, SLOW, Mount, check, daemon_bin, expect_errno, pattern, run,
                      same, wait_until)
 import ucmfs
+
+if INSTALLED:
+    check(not os.path.abspath(ucmfs.__file__).startswith(os.path.dirname(os.path.dirname(HERE))),
+          'UCMFS_CLIENT=installed, but ucmfs comes from the source tree: %s' % ucmfs.__file__)
 
 
 def tool(name):

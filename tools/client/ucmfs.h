@@ -2,7 +2,8 @@
  * ucmfs client: the calls an inference engine makes on a mounted ucmfs, in C.
  *
  * Two files (ucmfs.h, ucmfs.c), the C library and nothing else: copy them into an engine or
- * a connector. Everything goes through the filesystem as documented in ucmfs(8): a block is
+ * a connector, or link the installed libucmfs-client.so (Debian: libucmfs-client-dev;
+ * `pkg-config --cflags --libs ucmfs-client`, then #include <ucmfs.h>). Everything goes through the filesystem as documented in ucmfs(8): a block is
  * the file MNT/<32 hex>, a prefix lookup is a query file under MNT/.ucm/query/ answered by
  * extended attributes in one round trip.
  *
