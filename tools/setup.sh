@@ -20,7 +20,7 @@ ninja-build pkg-config fio attr python3"
 # the tests also check /.ucm/stats with promtool (Debian's prometheus package), fuzz the
 # parsers and decoders with clang's libFuzzer (libclang-rt-dev holds its runtime), and build,
 # lint and install the Debian package (tests/package)
-TEST_PKGS="prometheus clang libclang-rt-dev debhelper dh-python lintian"
+TEST_PKGS="prometheus clang libclang-rt-dev debhelper dh-python lintian systemd man-db"
 
 say() { printf '%s\n' "== $*"; }
 
