@@ -2,7 +2,8 @@
 """The Debian package, the way an operator meets it: built from this tree with
 dpkg-buildpackage, checked by lintian, installed onto the machine with dpkg, used (an
 /etc/fstab-style `mount -t fuse.ucmfs`, the installed C and Python clients against the
-installed daemon, `systemd-analyze verify` of the units), then purged, leaving nothing.
+installed daemon, `systemd-analyze verify` of the units, the service's own commands run as
+systemd runs them, through a crash and a stop), then purged, leaving nothing.
 
 It changes the machine (dpkg -i, then dpkg --purge), so it is suite 'package', outside a
 plain `meson test`; tools/setup.sh test runs it. It skips (77) when not root or when
@@ -12,6 +13,7 @@ of the tree; UCMFS_PKG_KEEP=1 keeps it."""
 import glob
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
@@ -20,7 +22,8 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 TOP = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, os.path.join(TOP, 'tests', 'mount'))
-from ucmtest import KiB, case, check, cmd, pattern, rand_id, read_file, run, write_file
+from ucmtest import (KiB, case, check, cmd, pattern, rand_id, read_file, run, wait_until,
+                     write_file)
 
 PACKAGES = ['ucmfs', 'libucmfs-client0', 'libucmfs-client-dev', 'python3-ucmfs']
 PY = '/usr/bin/python3'    # Debian's python3: the one python3-ucmfs is for
@@ -65,12 +68,13 @@ def tree_copy(dest):
 
 
 def cmdlines():
-    """argv of every process (those that end while being read are left out)."""
+    """(pid, argv) of every process (those that end while being read are left out)."""
     out = []
     for pid in filter(str.isdigit, os.listdir('/proc')):
         try:
             with open('/proc/%s/cmdline' % pid, 'rb') as f:
-                out.append([a.decode(errors='replace') for a in f.read().split(b'\0') if a])
+                out.append((pid, [a.decode(errors='replace')
+                                  for a in f.read().split(b'\0') if a]))
         except OSError:
             pass
     return out
@@ -145,12 +149,15 @@ def test_fstab_mount():
         bid, data = rand_id(), pattern(300 * KiB + 5, 3)
         write_file(os.path.join(mnt, bid), data)
         check(read_file(os.path.join(mnt, bid)) == data, 'a block read back differs')
-        daemons = [c for c in cmdlines() if c[:1] == ['ucmfs'] and mnt in c]
+        daemons = [c for c in cmdlines() if c[1][:1] == ['ucmfs'] and mnt in c[1]]
         check(len(daemons) == 1, 'not one ucmfs process serving %s: %r' % (mnt, daemons))
     finally:
         cmd(['umount', mnt], check_rc=False)
     check(not os.path.ismount(mnt), 'still mounted after umount')
-    # the block was written to the store at the unmount
+    # umount returns at once; the daemon then writes what is only in memory, and exits
+    pid = daemons[0][0]
+    check(wait_until(lambda: not os.path.exists('/proc/%s' % pid), 60),
+          'the daemon is still running a minute after umount')
     files = [f for _, _, fs in os.walk(os.path.join(store, 'data')) for f in fs]
     check(bid in files, 'the block is not in the store after umount: %r' % files)
 
@@ -199,6 +206,88 @@ def test_units_verify():
               'systemd-analyze verify %s: exit %d: %s' % (unit, r.returncode, r.stderr))
 
 
+def unit_commands(path, instance, mountpoint):
+    """The environment and the ExecStartPre/ExecStart commands of a service unit, with %i, %f
+    and ${VAR} replaced the way systemd does (argv lists; a leading '-' kept apart)."""
+    env, pre, start = {}, [], None
+    with open(path) as f:
+        lines = [l.strip() for l in f if '=' in l and not l.startswith('#')]
+    spec = lambda v: v.replace('%i', instance).replace('%f', mountpoint)
+    for l in lines:
+        key, val = l.split('=', 1)
+        if key == 'Environment':
+            env.update(a.split('=', 1) for a in spec(val).split())
+        elif key == 'EnvironmentFile':
+            conf = spec(val).lstrip('-')
+            if os.path.exists(conf):
+                with open(conf) as c:
+                    env.update(a.strip().split('=', 1) for a in c if '=' in a)
+        elif key in ('ExecStartPre', 'ExecStart'):
+            ignore = val.startswith('-')
+            argv = [spec(a) for a in val.lstrip('-').split()]
+            argv = [env.get(a[2:-1], '') if a.startswith('${') else a for a in argv]
+            if key == 'ExecStart':
+                start = argv
+            else:
+                pre.append((ignore, argv))
+    return env, pre, start
+
+
+def test_service_commands():
+    """ucmfs@.service's own commands, run as systemd would run them for ucmfs@INSTANCE with
+    /etc/ucmfs/INSTANCE.conf: ready (READY=1) on a live mount; after a SIGKILL, the restart's
+    commands clear the dead mount point and serve the durable block again; SIGTERM stops it
+    cleanly (exit 0)."""
+    check(installed('ucmfs'), 'ucmfs not installed')
+    mnt = os.path.join(S['tmp'], 'svc-mnt')
+    inst = cmd(['systemd-escape', '--path', mnt]).stdout.strip()
+    conf = '/etc/ucmfs/%s.conf' % inst
+    made_etc = not os.path.isdir('/etc/ucmfs')
+    os.makedirs('/etc/ucmfs', exist_ok=True)
+    with open(conf, 'w') as f:
+        f.write('UCMFS_STORE=%s\nUCMFS_OPTIONS=mem_size=64M\n' % os.path.join(S['tmp'], 'svc-store'))
+    sock_path = os.path.join(S['tmp'], 'notify')
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    sock.bind(sock_path)
+    sock.settimeout(30)
+    procs = []
+
+    def start():
+        _, pre, argv = unit_commands('/lib/systemd/system/ucmfs@.service', inst, mnt)
+        for ignore, a in pre:
+            r = cmd(a, check_rc=False)
+            check(ignore or r.returncode == 0, 'ExecStartPre %s: %s' % (' '.join(a), r.stderr))
+        p = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                             stderr=subprocess.PIPE, env=dict(os.environ, NOTIFY_SOCKET=sock_path))
+        procs.append(p)
+        check(sock.recv(64) == b'READY=1', 'the service did not say READY=1')
+        check(os.path.ismount(mnt), 'READY=1 before the mount was there')
+        return p
+
+    try:
+        p = start()
+        bid, data = rand_id(), pattern(200 * KiB + 1, 5)
+        write_file(os.path.join(mnt, bid), data, fsync=True)
+        p.kill()                                   # a crash: Restart=on-failure follows
+        p.wait()
+        p = start()
+        check(read_file(os.path.join(mnt, bid)) == data, 'the block after the restart differs')
+        p.terminate()                              # systemctl stop
+        check(p.wait(timeout=120) == 0, 'SIGTERM: exit %s' % p.returncode)
+        check(sock.recv(64) == b'STOPPING=1', 'no STOPPING=1 at the stop')
+        check(not os.path.ismount(mnt), 'still mounted after the stop')
+    finally:
+        for q in procs:
+            if q.poll() is None:
+                q.kill()
+                q.wait()
+        subprocess.run(['fusermount3', '-u', '-z', mnt], capture_output=True)
+        sock.close()
+        os.unlink(conf)
+        if made_etc:
+            os.rmdir('/etc/ucmfs')
+
+
 def test_purge():
     """dpkg --purge takes every file back."""
     cmd(['dpkg', '--purge'] + PACKAGES[::-1], timeout=300)
@@ -226,7 +315,7 @@ def main():
     S['tmp'] = tempfile.mkdtemp(prefix='ucmfs-pkg-')
     try:
         run([test_build, test_lintian, test_install, test_fstab_mount, test_installed_clients,
-             test_units_verify, test_purge])
+             test_units_verify, test_service_commands, test_purge])
     finally:
         left = [p for p in PACKAGES if installed(p)]
         if left:
