@@ -12,11 +12,11 @@
  * shares a node with readers that the page cache serves: a writer's open that would
  * detaches the node and fails -ESTALE, and the kernel looks the name up again, which gives a
  * fresh node (still the one a writer is due on when a lookup that raced a commit binds it to
- * an older version and the next lookup makes another). A reader never shares one with readers of another version: a reader opening a
- * node that others read at an older version reads that version with them (its lookup saw
- * it). A reader opening a node with writers (or made for a writer's retry) reads direct. A
- * node nobody holds open takes the newer version a reader opened, after its pages are
- * dropped.
+ * an older version and the next lookup makes another). A reader never shares one with
+ * readers of another version: a reader opening a node that others read at an older version
+ * reads that version with them (its lookup saw it). A reader opening a node with writers (or
+ * made for a writer's retry) reads direct. A node nobody holds open takes the newer version a
+ * reader opened, after its pages are dropped.
  *
  * Passthrough (the kernel reads a block's memory itself, fs/fs.c): the kernel gives a node
  * one backing file for all its passthrough opens, and fails an open with EIO if a node mixes
@@ -24,8 +24,9 @@
  * page cache could serve either all pass through, sharing the node's backing id (kept from the
  * first such open to the last one's release), or none does: each cached reader, as it opens,
  * joins the passthrough readers if there are some, starts them if no cached reader reads
- * through the daemon, and else reads through the daemon. Writers and direct readers never mix with them:
- * passthrough readers are cached readers, so a writer's open detaches their node (-ESTALE);
+ * through the daemon, and else reads through the daemon. Writers and direct readers never
+ * mix with them: passthrough readers are cached readers, so a writer's open detaches their
+ * node (-ESTALE);
  * and as the kernel completes opens in any order (a direct reader answered first may reach
  * it after a passthrough reader answered next), no reader starts a backing id while a direct
  * reader of the node is open.

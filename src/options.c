@@ -12,6 +12,9 @@
 #define MAX_BLOCK_LIMIT (64ULL << 30) /* largest max_block/block_size accepted */
 #define MAX_READAHEAD (64ULL << 20)
 
+/* log_level= words, indexed by LOG_LVL_* */
+static const char *const log_levels[] = { "err", "warn", "info", "debug" };
+
 static const char usage[] =
 	"usage: ucmfs [-f] [-d] [-o OPT[,OPT...]] STORE MOUNTPOINT\n"
 	"  STORE       directory of the disk tier (dir1:dir2 stripes; 'none' = memory only)\n"
@@ -147,7 +150,6 @@ int options_apply(struct ucm_options *o, const char *opt, char *msg, size_t len)
 	static const char *const layouts[] = { "native", "ucm" };
 	static const char *const passthroughs[] = { "auto", "on", "off" };
 	static const char *const shuffles[] = { "auto", "none", "2", "4" };
-	static const char *const levels[] = { "err", "warn", "info", "debug" };
 	char key[64];
 	const char *eq = strchr(opt, '='), *val = eq ? eq + 1 : NULL;
 	size_t klen = eq ? (size_t)(eq - opt) : strlen(opt);
@@ -273,7 +275,7 @@ int options_apply(struct ucm_options *o, const char *opt, char *msg, size_t len)
 		return rc < 0 ? rc : (o->passthrough = (enum ucm_passthrough)rc, 0);
 	}
 	if (!strcmp(key, "log_level")) {
-		rc = opt_word(key, val, levels, 4, msg, len);
+		rc = opt_word(key, val, log_levels, 4, msg, len);
 		return rc < 0 ? rc : (o->log_level = rc, 0);
 	}
 	return -ENOENT;
@@ -470,7 +472,6 @@ size_t options_format(const struct ucm_options *o, char *buf, size_t len)
 {
 	static const char *const policies[] = { "clock", "lru", "fifo" };
 	static const char *const pts[] = { "auto", "on", "off" };
-	static const char *const levels[] = { "err", "warn", "info", "debug" };
 	char mem[32], disk[32], bs[32], mb[32], ra[32], store[4096] = "", ttl[32], codec[32];
 	char shuf[8], pf[32];
 	size_t n;
@@ -514,6 +515,6 @@ size_t options_format(const struct ucm_options *o, char *buf, size_t len)
 			     o->pipeline, codec, shuf, o->io == IO_AIO ? "aio" : "psync",
 			     o->io_depth, (long long)o->io_timeout_ms, ttl, o->durable ? 1 : 0,
 			     o->layout == LAYOUT_NATIVE ? "native" : "ucm", ra, pts[o->passthrough],
-			     levels[o->log_level]);
+			     log_levels[o->log_level]);
 	return n < len ? n : len - 1;
 }
