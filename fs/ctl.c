@@ -14,7 +14,7 @@
 #include "fs/fs_int.h"
 #include "src/buf.h"
 
-#define CONFIG_MAX 8192
+#define CONFIG_MAX 16384
 
 struct ctl_node {
 	fuse_ino_t nid;
@@ -50,6 +50,11 @@ static int ctl_text(struct ucmfs *fs, fuse_ino_t nid, char **text, size_t *len)
 		if (!buf)
 			return -ENOMEM;
 		*len = options_format(fs->opts, buf, CONFIG_MAX);
+		if (fs->tree)
+			*len += (size_t)snprintf(buf + *len, CONFIG_MAX - *len, "tiers=%s\n",
+						 fs->tree);
+		if (*len >= CONFIG_MAX)
+			*len = CONFIG_MAX - 1;
 		*text = buf;
 		return 0;
 	case NID_STATS:

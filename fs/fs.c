@@ -1103,11 +1103,11 @@ static int report_passthrough(struct ucmfs *fs)
 	return 0;
 }
 
-int fs_run(const struct ucm_options *o, struct tier *pipe)
+int fs_run(const struct ucm_options *o, struct tier *pipe, const char *tree)
 {
 	struct fuse_args args = FUSE_ARGS_INIT(0, NULL);
 	struct fuse_loop_config *lc = NULL;
-	struct ucmfs fs = { .pipe = pipe, .opts = o };
+	struct ucmfs fs = { .pipe = pipe, .opts = o, .tree = tree };
 	char *mnt = NULL, why[256], opts[sizeof(o->fuse_opts) + 128], devfd[32];
 	int status = 1, rc, helper = -1;
 
@@ -1161,7 +1161,7 @@ int fs_run(const struct ucm_options *o, struct tier *pipe)
 		log_err("cannot go to the background");
 		goto out_unmount;
 	}
-	rc = pipeline_start(pipe);
+	rc = tier_start(pipe);
 	if (rc) {
 		log_err("cannot start worker threads: %s", strerror(-rc));
 		goto out_unmount;

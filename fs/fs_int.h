@@ -21,6 +21,7 @@ struct qfile;
 struct ucmfs {
 	struct tier *pipe;               /* the only storage the FS knows */
 	const struct ucm_options *opts;
+	const char *tree;                /* the tiers as built, one line (/.ucm/config) */
 	struct itable *itab;
 	struct fuse_session *se;
 	uid_t uid;                       /* owner of / and of every block */

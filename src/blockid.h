@@ -7,14 +7,9 @@
 #include <stdint.h>
 #include <string.h>
 
-#define BLOCKID_LEN 16
-#define BLOCKID_HEX_LEN 32
-/* Number of shards ids are spread over (directories on disk, index shards, readdir). */
-#define BLOCKID_SHARDS 4096
-
-struct blockid {
-	uint8_t b[BLOCKID_LEN];
-};
+/* struct blockid, BLOCKID_LEN, BLOCKID_HEX_LEN, BLOCKID_SHARDS and blockid_shard() belong to
+ * the tier ABI (tiers/tier.h): tiers built outside the tree name blocks the same way. */
+#include "tiers/tier.h"
 
 /*
  * Parse exactly 32 lowercase hex characters (s need not be NUL-terminated; len is its length).
@@ -30,12 +25,6 @@ void blockid_format(const struct blockid *id, char out[BLOCKID_HEX_LEN + 1]);
 
 /* Well-mixed 64-bit hash of an id (ids may be chosen by users, so they are hashed). */
 uint64_t blockid_hash(const struct blockid *id);
-
-/* The shard of an id: its first 12 bits, i.e. the first three hex characters. */
-static inline unsigned blockid_shard(const struct blockid *id)
-{
-	return ((unsigned)id->b[0] << 4) | (id->b[1] >> 4);
-}
 
 static inline bool blockid_eq(const struct blockid *a, const struct blockid *b)
 {

@@ -8,12 +8,13 @@
 #include "src/buf.h"
 #include "src/log.h"
 #include "src/options.h"
-#include "tiers/pipeline.h"
+#include "tiers/topology.h"
 
 int main(int argc, char **argv)
 {
 	struct ucm_options o;
 	struct tier *pipe;
+	char *tree = NULL;
 	char msg[2048];
 	int rc;
 
@@ -41,12 +42,13 @@ int main(int argc, char **argv)
 		log_info("passthrough off: block memory cannot be files of %s", msg);
 		o.passthrough = PT_OFF;
 	}
-	rc = pipeline_build(&o, &pipe);
+	rc = topology_build(&o, &pipe, &tree);
 	if (rc) {
 		options_free(&o);
 		return 1;
 	}
-	rc = fs_run(&o, pipe);
+	rc = fs_run(&o, pipe, tree);
+	free(tree);
 	options_free(&o);
 	return rc;
 }

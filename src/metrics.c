@@ -50,6 +50,7 @@ struct metrics {
 	struct family *fam;
 	size_t n, cap;
 	int err;
+	const char *scope;      /* labels of every sample added now (metrics_scope) */
 };
 
 int metrics_create(struct metrics **out)
@@ -121,13 +122,30 @@ static void append(struct metrics *m, struct family *f, const char *fmt, ...)
 	}
 }
 
-static void sample_name(char *out, size_t len, const char *name, const char *suffix,
-			const char *labels, const char *extra)
+const char *metrics_scope(struct metrics *m, const char *labels)
 {
-	bool l = labels && *labels, e = extra && *extra;
+	const char *old = m->scope;
 
-	snprintf(out, len, "%s%s%s%s%s%s%s", name, suffix, l || e ? "{" : "", l ? labels : "",
-		 l && e ? "," : "", e ? extra : "", l || e ? "}" : "");
+	m->scope = labels && *labels ? labels : NULL;
+	return old;
+}
+
+/* name{scope,labels,extra}: the parts that are set, comma-separated */
+static void sample_name(const struct metrics *m, char *out, size_t len, const char *name,
+			const char *suffix, const char *labels, const char *extra)
+{
+	const char *part[3] = { m->scope, labels, extra };
+	size_t n = (size_t)snprintf(out, len, "%s%s", name, suffix);
+	bool open = false;
+
+	for (int i = 0; i < 3 && n < len; i++) {
+		if (!part[i] || !*part[i])
+			continue;
+		n += (size_t)snprintf(out + n, len - n, "%s%s", open ? "," : "{", part[i]);
+		open = true;
+	}
+	if (open && n < len)
+		snprintf(out + n, len - n, "}");
 }
 
 void metrics_counter(struct metrics *m, const char *name, const char *help, const char *labels,
@@ -135,7 +153,7 @@ void metrics_counter(struct metrics *m, const char *name, const char *help, cons
 {
 	char s[256];
 
-	sample_name(s, sizeof(s), name, "", labels, NULL);
+	sample_name(m, s, sizeof(s), name, "", labels, NULL);
 	append(m, family(m, name, "counter", help), "%s %llu\n", s, (unsigned long long)v);
 }
 
@@ -144,7 +162,7 @@ void metrics_gauge(struct metrics *m, const char *name, const char *help, const 
 {
 	char s[256];
 
-	sample_name(s, sizeof(s), name, "", labels, NULL);
+	sample_name(m, s, sizeof(s), name, "", labels, NULL);
 	append(m, family(m, name, "gauge", help), "%s %.17g\n", s, v);
 }
 
@@ -161,12 +179,12 @@ void metrics_histogram(struct metrics *m, const char *name, const char *help, co
 			snprintf(le, sizeof(le), "le=\"%g\"", bounds_s[i]);
 		else
 			snprintf(le, sizeof(le), "le=\"+Inf\"");
-		sample_name(s, sizeof(s), name, "_bucket", labels, le);
+		sample_name(m, s, sizeof(s), name, "_bucket", labels, le);
 		append(m, f, "%s %llu\n", s, (unsigned long long)cum);
 	}
-	sample_name(s, sizeof(s), name, "_sum", labels, NULL);
+	sample_name(m, s, sizeof(s), name, "_sum", labels, NULL);
 	append(m, f, "%s %.9f\n", s, (double)counter_get(&h->sum_ns) / 1e9);
-	sample_name(s, sizeof(s), name, "_count", labels, NULL);
+	sample_name(m, s, sizeof(s), name, "_count", labels, NULL);
 	append(m, f, "%s %llu\n", s, (unsigned long long)cum);
 }
 

@@ -50,6 +50,10 @@ void metrics_gauge(struct metrics *m, const char *name, const char *help, const 
 void metrics_histogram(struct metrics *m, const char *name, const char *help, const char *labels,
 		       const struct histogram *h);
 
+/* Labels (e.g. `branch="1"`) put first in every sample added from now on, until the next
+ * call (NULL or "": none). Returns the previous scope, to restore after a nested one. */
+const char *metrics_scope(struct metrics *m, const char *labels);
+
 /* The exposition text (caller frees *text). 0 or -ENOMEM. */
 int metrics_render(struct metrics *m, char **text, size_t *len);
 

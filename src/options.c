@@ -24,8 +24,8 @@ static const char usage[] =
 	"     max_block=SIZE, policy=clock|lru|fifo, pipeline=cache:compress:posix,\n"
 	"     compress=none|zstd[:LEVEL], shuffle=auto|none|2|4, io=aio|psync, io_depth=N,\n"
 	"     io_timeout=DUR, ttl=DUR, durable, layout=native|ucm, readahead=SIZE,\n"
-	"     passthrough=auto|on|off, log_level=err|warn|info|debug, and the standard FUSE\n"
-	"     mount options (allow_other, fsname=, ...)\n"
+	"     passthrough=auto|on|off, log_level=err|warn|info|debug, topology=FILE, and the\n"
+	"     standard FUSE mount options (allow_other, fsname=, ...)\n"
 	"See ucmfs(8).\n";
 
 void options_defaults(struct ucm_options *o)
@@ -50,8 +50,10 @@ void options_free(struct ucm_options *o)
 	for (int i = 0; i < o->nstores; i++)
 		free(o->stores[i]);
 	free(o->mountpoint);
+	free(o->topology);
 	o->nstores = 0;
 	o->mountpoint = NULL;
+	o->topology = NULL;
 }
 
 static int bad(char *msg, size_t len, const char *fmt, const char *what, const char *why)
@@ -212,6 +214,13 @@ int options_apply(struct ucm_options *o, const char *opt, char *msg, size_t len)
 	}
 	if (!strcmp(key, "pipeline"))
 		return opt_pipeline(o, val, msg, len);
+	if (!strcmp(key, "topology")) {
+		if (!val || !*val)
+			return bad(msg, len, "option '%s': '%s' is not a file name", key, "");
+		free(o->topology);
+		o->topology = strdup(val);
+		return o->topology ? 0 : -ENOMEM;
+	}
 	if (!strcmp(key, "compress"))
 		return opt_compress(o, val, msg, len);
 	if (!strcmp(key, "shuffle")) {
@@ -344,10 +353,12 @@ static int apply_list(struct ucm_options *o, const char *list, char *msg, size_t
 	return rc;
 }
 
-static int set_store(struct ucm_options *o, const char *arg, char *msg, size_t len)
+int options_store(struct ucm_options *o, const char *arg, char *msg, size_t len)
 {
 	const char *p = arg;
 
+	while (o->nstores > 0)
+		free(o->stores[--o->nstores]);
 	if (!strcmp(arg, "none"))
 		return 0;
 	while (*p) {
@@ -375,8 +386,29 @@ static int set_store(struct ucm_options *o, const char *arg, char *msg, size_t l
 	return 0;
 }
 
+void options_derive(struct ucm_options *o)
+{
+	if (o->block_size && o->block_size > o->max_block)
+		o->max_block = o->block_size;
+	if (o->mem_prefault_pct >= 0)
+		o->mem_prefault = o->mem_size / 100 * (uint64_t)o->mem_prefault_pct;
+	else if (o->mem_prefault > o->mem_size)
+		o->mem_prefault = o->mem_size;
+}
+
 static int check_combination(struct ucm_options *o, char *msg, size_t len)
 {
+	if (o->topology) {
+		if (o->pipeline[0]) {
+			snprintf(msg, len, "options 'topology' and 'pipeline' both say which tiers "
+				 "to use: give one");
+			return -EINVAL;
+		}
+		/* the file says which tiers there are; the options are their defaults */
+		snprintf(o->pipeline, sizeof(o->pipeline), "topology");
+		options_derive(o);
+		return 0;
+	}
 	if (!o->pipeline[0])
 		snprintf(o->pipeline, sizeof(o->pipeline), "%s",
 			 o->nstores ? "cache:compress:posix" : "cache");
@@ -390,12 +422,7 @@ static int check_combination(struct ucm_options *o, char *msg, size_t len)
 			 o->pipeline, o->stores[0]);
 		return -EINVAL;
 	}
-	if (o->block_size && o->block_size > o->max_block)
-		o->max_block = o->block_size;
-	if (o->mem_prefault_pct >= 0)
-		o->mem_prefault = o->mem_size / 100 * (uint64_t)o->mem_prefault_pct;
-	else if (o->mem_prefault > o->mem_size)
-		o->mem_prefault = o->mem_size;
+	options_derive(o);
 	if (o->layout == LAYOUT_UCM && strstr(o->pipeline, "compress")) {
 		if (strcmp(o->pipeline, "cache:compress:posix")) {
 			snprintf(msg, len, "layout=ucm stores raw bytes: drop 'compress' from "
@@ -459,7 +486,7 @@ int options_parse(struct ucm_options *o, int argc, char **argv, char *msg, size_
 			 npos ? "MOUNTPOINT" : "STORE and MOUNTPOINT");
 		return -EINVAL;
 	}
-	rc = set_store(o, pos[0], msg, len);
+	rc = options_store(o, pos[0], msg, len);
 	if (rc)
 		return rc;
 	o->mountpoint = strdup(pos[1]);
@@ -490,7 +517,7 @@ size_t options_format(const struct ucm_options *o, char *buf, size_t len)
 		snprintf(ttl, sizeof(ttl), "none");
 	else
 		snprintf(ttl, sizeof(ttl), "%lldms", (long long)o->ttl_ms);
-	if (o->codec == CODEC_NONE || !strstr(o->pipeline, "compress"))
+	if (o->codec == CODEC_NONE || (!strstr(o->pipeline, "compress") && !o->topology))
 		snprintf(codec, sizeof(codec), "none");
 	else
 		snprintf(codec, sizeof(codec), "zstd:%d", o->zstd_level);
@@ -505,12 +532,13 @@ size_t options_format(const struct ucm_options *o, char *buf, size_t len)
 	else
 		snprintf(shuf, sizeof(shuf), "%d", o->shuffle);
 	n = (size_t)snprintf(buf, len,
-			     "store=%s\nmountpoint=%s\nmem_size=%s\nmem_prefault=%s\ndisk_size=%s\n"
+			     "store=%s\nmountpoint=%s\ntopology=%s\nmem_size=%s\nmem_prefault=%s\ndisk_size=%s\n"
 			     "block_size=%s\n"
 			     "max_block=%s\npolicy=%s\npipeline=%s\ncompress=%s\nshuffle=%s\n"
 			     "io=%s\nio_depth=%u\nio_timeout=%lldms\nttl=%s\ndurable=%d\nlayout=%s\n"
 			     "readahead=%s\npassthrough=%s\nlog_level=%s\n",
-			     o->nstores ? store : "none", o->mountpoint ? o->mountpoint : "", mem, pf,
+			     o->nstores ? store : "none", o->mountpoint ? o->mountpoint : "",
+			     o->topology ? o->topology : "none", mem, pf,
 			     disk, o->block_size ? bs : "unset", mb, policies[o->policy],
 			     o->pipeline, codec, shuf, o->io == IO_AIO ? "aio" : "psync",
 			     o->io_depth, (long long)o->io_timeout_ms, ttl, o->durable ? 1 : 0,

@@ -34,6 +34,7 @@ struct ucm_options {
 	uint64_t max_block;
 	enum ucm_policy policy;
 	char pipeline[64];   /* "cache:compress:posix" */
+	char *topology;      /* topology=FILE: the tiers as a tree (tiers/topology.c), or NULL */
 	enum ucm_codec codec;
 	int zstd_level;      /* meaningful when codec == CODEC_ZSTD */
 	int shuffle;         /* 0 = auto, 1 = none, 2 or 4 */
@@ -69,6 +70,16 @@ int options_parse(struct ucm_options *o, int argc, char **argv, char *msg, size_
  * option (it may be a FUSE one), or -EINVAL with the message in msg.
  */
 int options_apply(struct ucm_options *o, const char *opt, char *msg, size_t msglen);
+
+/*
+ * Replace o's STORE with arg ("DIR[:DIR...]" or "none"). 0, -ENOMEM, or -EINVAL with the
+ * message in msg.
+ */
+int options_store(struct ucm_options *o, const char *arg, char *msg, size_t msglen);
+
+/* Recompute what follows from other options (mem_prefault from mem_size, ...) after
+ * options_apply() changed them. */
+void options_derive(struct ucm_options *o);
 
 /* The effective configuration, one "key=value\n" per line, into buf. Returns the length. */
 size_t options_format(const struct ucm_options *o, char *buf, size_t len);

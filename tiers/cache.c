@@ -56,9 +56,11 @@
 #include <errno.h>
 #include <pthread.h>
 #include <sched.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "src/buf.h"
 #include "src/clock.h"
@@ -1358,3 +1360,42 @@ int cache_create(const struct cache_config *cfg, struct tier **out)
 	*out = &c->tier;
 	return 0;
 }
+
+/* mem_prefault=, but never more than half the machine's memory: a mem_size larger than
+ * what the machine has must not fault it all in at once. */
+static uint64_t prefault_bytes(const struct ucm_options *o)
+{
+	long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
+	uint64_t half = pages > 0 && psz > 0 ? (uint64_t)pages * (uint64_t)psz / 2 : 0;
+
+	return half && o->mem_prefault > half ? half : o->mem_prefault;
+}
+
+/* The memory tier by name: mem_size=, policy=, mem_prefault= of its options. */
+static int cache_plugin_create(const struct tier_setup *s, struct tier **out)
+{
+	const struct ucm_options *o = s->options;
+	struct cache_config cc = {
+		.capacity = o->mem_size,
+		.policy = o->policy,
+		/* a reservation waits this long for dirty blocks to be dumped below (a cache
+		 * with nothing below has none) */
+		.dirty_wait_ms = 10000,
+		.prefault = prefault_bytes(o),
+		.size_hint = o->block_size,
+	};
+
+	int rc = cache_create(&cc, out);
+
+	if (rc)
+		snprintf(s->err, s->errlen, "cannot create the memory tier: %s", strerror(-rc));
+	return rc;
+}
+
+const struct tier_plugin tier_cache_plugin = {
+	.abi = UCMFS_TIER_ABI,
+	.name = "cache",
+	.keys = (const char *const[]){ "mem_size", "mem_prefault", "policy", NULL },
+	.kind = TIER_KIND_MEMORY,
+	.create = cache_plugin_create,
+};

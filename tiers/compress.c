@@ -29,12 +29,14 @@
 #include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <xxhash.h>
 #include <zstd.h>
 
 #include "src/metrics.h"
+#include "src/options.h"
 #include "tiers/posix_header.h"
 #include "tiers/shuffle.h"
 
@@ -756,3 +758,34 @@ int compress_create(const struct compress_config *cfg, struct tier *below, struc
 	*out = &c->tier;
 	return 0;
 }
+
+/* The compress stage by name: compress= and shuffle= of its options. */
+static int compress_plugin_create(const struct tier_setup *s, struct tier **out)
+{
+	const struct ucm_options *o = s->options;
+	struct compress_config zc = {
+		.zstd = o->codec != CODEC_NONE && o->layout == LAYOUT_NATIVE,
+		.level = o->zstd_level,
+		.shuffle = (unsigned)o->shuffle,
+	};
+
+	if (!s->below->ops->layout) {
+		snprintf(s->err, s->errlen, "compress needs a store below that keeps how blocks "
+			 "are stored (the layout operation; posix has it)");
+		tier_destroy(s->below);
+		return -EINVAL;
+	}
+	int rc = compress_create(&zc, s->below, out);
+
+	if (rc)
+		snprintf(s->err, s->errlen, "cannot create the compress stage: %s", strerror(-rc));
+	return rc;
+}
+
+const struct tier_plugin tier_compress_plugin = {
+	.abi = UCMFS_TIER_ABI,
+	.name = "compress",
+	.keys = (const char *const[]){ "compress", "shuffle", NULL },
+	.kind = TIER_KIND_STAGE,
+	.create = compress_plugin_create,
+};

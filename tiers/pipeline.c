@@ -63,7 +63,6 @@ struct session {
 	_Atomic int64_t ttl_ms;      /* set under p->lock by set_ttl, read at publish */
 };
 
-#define AIO_DEPTH 128 /* io=aio: IOs in flight per store (measured: docs/BENCHMARKS.md) */
 #define NO_SIZE UINT64_MAX
 #define SESSION(n) ((struct session *)((char *)(n) - offsetof(struct session, node)))
 
@@ -253,6 +252,8 @@ static uint64_t session_size(const struct session *s)
 	return s->declared != NO_SIZE && s->declared > end ? s->declared : end;
 }
 
+static bool complete(const struct pipeline *p, const struct session *s, uint64_t *size);
+
 static int pipe_stat(struct tier_handle *th, struct block_attr *attr)
 {
 	struct pphandle *h = (struct pphandle *)th;
@@ -265,7 +266,7 @@ static int pipe_stat(struct tier_handle *th, struct block_attr *attr)
 	}
 	memset(attr, 0, sizeof(*attr));
 	pthread_mutex_lock(&h->s->lock);
-	attr->size = session_size(h->s);
+	attr->partial = !complete(pipe_of(th->tier), h->s, &attr->size);
 	attr->where = h->s->spilled ? TIER_DISK : TIER_MEM;
 	pthread_mutex_unlock(&h->s->lock);
 	attr->mtime = attr->atime = wall_ns();
@@ -915,6 +916,7 @@ static void pipe_metrics(struct tier *t, struct metrics *m)
 const struct tier_ops tier_pipeline_ops = {
 	.name = "pipeline",
 	.destroy = pipe_destroy,
+	.start = pipeline_start,
 	.lookup = pipe_lookup,
 	.present = pipe_present,
 	.open = pipe_open,
@@ -1012,86 +1014,4 @@ int pipeline_start(struct tier *t)
 		log_warn("no prefaulter thread (%s): memory is faulted in as blocks come",
 			 strerror(-rc));
 	return jobs_start(p);
-}
-
-/* mem_prefault=, but never more than half the machine's memory: a mem_size larger than
- * what the machine has must not fault it all in at once. */
-static uint64_t prefault_bytes(const struct ucm_options *o)
-{
-	long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
-	uint64_t half = pages > 0 && psz > 0 ? (uint64_t)pages * (uint64_t)psz / 2 : 0;
-
-	return half && o->mem_prefault > half ? half : o->mem_prefault;
-}
-
-int pipeline_build(const struct ucm_options *o, struct tier **out)
-{
-	struct pipeline_config pc = {
-		.block_size = o->block_size,
-		.max_block = o->max_block,
-		.default_ttl_ms = o->ttl_ms,
-		.durable = o->durable,
-		/* psync: each worker has one disk IO in flight; aio: io_depth bounds the IOs
-		 * of the engine, and two workers keep the 2 vCPUs measured here busy */
-		.dump_threads = o->io == IO_PSYNC && o->io_depth ? o->io_depth : 2,
-	};
-	int rc;
-
-	if (!strncmp(o->pipeline, "cache", 5)) {
-		struct cache_config cc = {
-			.capacity = o->mem_size,
-			.policy = o->policy,
-			.dirty_wait_ms = o->nstores ? 10000 : 0,
-			.prefault = prefault_bytes(o),
-			.size_hint = o->block_size,
-		};
-
-		rc = cache_create(&cc, &pc.cache);
-		if (rc) {
-			log_err("cannot create the memory tier: %s", strerror(-rc));
-			return rc;
-		}
-	}
-	if (strstr(o->pipeline, "posix")) {
-		struct posix_config xc = {
-			.root = o->stores[0],
-			.layout = o->layout,
-			.durable = o->durable,
-			.capacity = o->disk_size,
-			.lock_wait_s = 120,
-			.aio = o->io == IO_AIO,
-			.io_depth = o->io_depth ? o->io_depth : AIO_DEPTH,
-			.io_timeout_ns = o->io_timeout_ms * 1000000,
-		};
-		/* the compress stage always sits over the disk tier, so blocks written
-		 * compressed stay readable whatever the options; it only encodes when the
-		 * pipeline names it */
-		struct compress_config zc = {
-			.zstd = strstr(o->pipeline, "compress") && o->codec != CODEC_NONE &&
-				o->layout == LAYOUT_NATIVE,
-			.level = o->zstd_level,
-			.shuffle = (unsigned)o->shuffle,
-		};
-		struct tier *disk, *dirs[UCM_MAX_STORES];
-
-		rc = 0;
-		for (int i = 0; i < o->nstores && rc == 0; i++) {
-			xc.root = o->stores[i];
-			rc = posix_create(&xc, &dirs[i]);
-			if (rc)
-				while (i-- > 0)
-					tier_destroy(dirs[i]);
-		}
-		if (rc == 0 && o->nstores == 1)
-			disk = dirs[0];
-		else if (rc == 0)
-			rc = stripe_create(dirs, o->nstores, &disk);
-		if (rc == 0)
-			rc = compress_create(&zc, disk, &pc.below);
-		if (rc) {
-			tier_destroy(pc.cache);
-			return rc;
-		}
-	}
-	return pipeline_create(&pc, out);
 }

@@ -24,11 +24,7 @@ struct pipeline_config {
  * 0 or -ENOMEM. Worker threads start with pipeline_start(). */
 int pipeline_create(const struct pipeline_config *cfg, struct tier **out);
 
-/* Build the whole stack that the options describe (pipeline=, STORE, layout, ...).
- * 0 or -errno with a one-line reason logged. */
-int pipeline_build(const struct ucm_options *o, struct tier **out);
-
-/* Start the background workers (after any fork). 0 or -errno. */
+/* Start the background workers (after any fork; tier_ops.start). 0 or -errno. */
 int pipeline_start(struct tier *t);
 
 /* Counters for metrics and tests. */

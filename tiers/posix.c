@@ -54,6 +54,7 @@
 #include "src/log.h"
 #include "src/metrics.h"
 #include "tiers/posix_header.h"
+#include "tiers/stripe.h"
 
 #define READ_AHEAD_MIN (256u << 10) /* stored bytes from which reads are read ahead */
 #define READ_AHEAD (4u << 20)        /* how far ahead of a sequential reader */
@@ -1958,3 +1959,49 @@ err:
 	posix_destroy(&p->tier);
 	return rc;
 }
+
+/* The disk tier by name: the STORE's directories (several: striped over them), disk_size=,
+ * layout=, io=, io_depth=, io_timeout= and durable of its options. A directory that cannot be
+ * opened is logged by posix_create() (err stays empty: one line, not two). */
+static int posix_plugin_create(const struct tier_setup *s, struct tier **out)
+{
+	const struct ucm_options *o = s->options;
+	struct posix_config xc = {
+		.layout = o->layout,
+		.durable = o->durable,
+		.capacity = o->disk_size,
+		.lock_wait_s = 120,
+		.aio = o->io == IO_AIO,
+		.io_depth = o->io_depth ? o->io_depth : AIO_DEPTH,
+		.io_timeout_ns = o->io_timeout_ms * 1000000,
+	};
+	struct tier *dirs[UCM_MAX_STORES];
+	int rc = 0;
+
+	if (o->nstores == 0) {
+		snprintf(s->err, s->errlen, "posix needs a STORE directory, not 'none'");
+		return -EINVAL;
+	}
+	for (int i = 0; i < o->nstores && rc == 0; i++) {
+		xc.root = o->stores[i];
+		rc = posix_create(&xc, &dirs[i]); /* logs why it fails */
+		if (rc) {
+			while (i-- > 0)
+				tier_destroy(dirs[i]);
+		}
+	}
+	if (rc == 0 && o->nstores == 1)
+		*out = dirs[0];
+	else if (rc == 0 && (rc = stripe_create(dirs, o->nstores, out)))
+		snprintf(s->err, s->errlen, "posix cannot stripe its STORE: %s", strerror(-rc));
+	return rc;
+}
+
+const struct tier_plugin tier_posix_plugin = {
+	.abi = UCMFS_TIER_ABI,
+	.name = "posix",
+	.keys = (const char *const[]){ "path", "disk_size", "layout", "io", "io_depth",
+				       "io_timeout", NULL },
+	.kind = TIER_KIND_STORE,
+	.create = posix_plugin_create,
+};

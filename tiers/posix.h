@@ -8,6 +8,8 @@
 #include "src/options.h"
 #include "tiers/tier.h"
 
+#define AIO_DEPTH 128 /* io=aio: IOs in flight per store (measured: docs/BENCHMARKS.md) */
+
 struct posix_config {
 	const char *root;        /* the STORE directory (created 0700 if missing) */
 	enum ucm_layout layout;

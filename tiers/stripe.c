@@ -10,6 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "src/blockid.h"
+
 struct stripe {
 	struct tier tier;
 	struct tier *child[STRIPE_MAX];

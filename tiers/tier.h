@@ -33,9 +33,25 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 #include <sys/types.h>
 
-#include "src/blockid.h"
+/* The 16-byte name of a block, shown as 32 lowercase hex characters (src/blockid.h has the
+ * daemon's helpers). */
+#define BLOCKID_LEN 16
+#define BLOCKID_HEX_LEN 32
+/* Number of shards ids are spread over (directories on disk, index shards, readdir). */
+#define BLOCKID_SHARDS 4096
+
+struct blockid {
+	uint8_t b[BLOCKID_LEN];
+};
+
+/* The shard of an id: its first 12 bits, i.e. the first three hex characters. */
+static inline unsigned blockid_shard(const struct blockid *id)
+{
+	return ((unsigned)id->b[0] << 4) | (id->b[1] >> 4);
+}
 
 /* Where a block lives (block_attr.where). */
 #define TIER_MEM 1u
@@ -55,6 +71,7 @@ struct block_attr {
 	uint32_t pins;      /* open readers */
 	uint32_t codec;     /* enum tier_codec of the stored bytes */
 	bool dirty;         /* (cache) not yet safe in the tier below */
+	bool partial;       /* (pipeline, write handle) a commit now would find bytes missing */
 };
 
 /* One independently stored piece of a block (a chunk of chunk_size raw bytes). */
@@ -137,6 +154,10 @@ struct tier_ops {
 
 	/* Free everything; handles must all have been returned. */
 	void (*destroy)(struct tier *t);
+
+	/* (optional) Start background threads, once the daemon will not fork again (it forks to
+	 * go to the background after the tiers are created). 0 or -errno. */
+	int (*start)(struct tier *t);
 
 	/* Attributes of the live committed version. 0, -ENOENT */
 	int (*lookup)(struct tier *t, const struct blockid *id, struct block_attr *attr);
@@ -288,10 +309,92 @@ static inline void tier_close(struct tier_handle *h)
 		h->tier->ops->close(h);
 }
 
+static inline int tier_start(struct tier *t)
+{
+	return t->ops->start ? t->ops->start(t) : 0;
+}
+
 static inline void tier_destroy(struct tier *t)
 {
 	if (t)
 		t->ops->destroy(t);
+}
+
+/* --- Tiers as plugins --------------------------------------------------------------------- */
+
+/*
+ * This header is also the contract of a tier built outside the tree (`pkg-config --cflags
+ * ucmfs-tier`, `#include <ucmfs/tier.h>`): a shared library that exports
+ *
+ *	const struct tier_plugin *ucmfs_tier_plugin(void);
+ *
+ * returning a static description whose `abi` is the UCMFS_TIER_ABI it was compiled with. The
+ * daemon loads it with dlopen when a stage name contains '/' or ends in ".so", refuses any
+ * other ABI version, creates the tier through `create`, and unloads the library only after
+ * the tier's destroy has returned. The built-in tiers are described by the same struct.
+ *
+ * A store (TIER_KIND_STORE) keeps blocks itself: it must provide destroy, lookup, present,
+ * open, read, stat, close, reserve, write, truncate, commit, abort, remove, touch,
+ * set_deadline, sync, list_shard and usage, and honour TIER_RESERVE_EXCL and
+ * TIER_RESERVE_TRUNC, TIER_OPEN_INTERNAL (a reference, not a pin) and TIER_COMMIT_DURABLE;
+ * the other ops may be NULL and the other flags ignored. Its bytes are
+ * read back raw unless it also provides layout() (then a compress stage may sit over it).
+ * A stage (TIER_KIND_STAGE) sits over the tier below it, which it owns from then on (also
+ * when create fails), and passes through what it does not change.
+ * `build/ucm-tier-check LIB.so` runs the daemon's tier contract suite against a store.
+ */
+#define UCMFS_TIER_ABI 1
+#define UCMFS_TIER_ENTRY "ucmfs_tier_plugin"
+
+enum tier_kind {
+	TIER_KIND_STORE = 1,  /* bottom of a pipe: keeps the bytes */
+	TIER_KIND_STAGE = 2,  /* between: transforms what it passes to the tier below */
+	TIER_KIND_MEMORY = 3, /* top of a pipe: the daemon's memory tier (built in only) */
+};
+
+/* One "key": "value" of the stage's options in the topology file (numbers as text). */
+struct tier_param {
+	const char *key;
+	const char *value;
+};
+
+struct ucm_options;
+
+/* What create() is given. Pointers are valid only during the call. */
+struct tier_setup {
+	const char *name;               /* the stage's place in the topology, for messages */
+	const struct tier_param *param; /* its options, in the file's order */
+	size_t nparam;
+	struct tier *below;             /* TIER_KIND_STAGE: the tier under it; else NULL */
+	uint64_t max_block;             /* largest block the daemon will write */
+	bool durable;                   /* the mount wants every commit durable */
+	const struct ucm_options *options; /* built-in tiers: the mount's options with this
+					     stage's applied; NULL for plugins */
+	char *err;                      /* create() failing writes a one-line reason here */
+	size_t errlen;
+};
+
+struct tier_plugin {
+	uint32_t abi;                   /* UCMFS_TIER_ABI */
+	const char *name;
+	enum tier_kind kind;
+	/* The option keys it takes, NULL-terminated: the daemon refuses any other before
+	 * create. NULL: create checks them itself. */
+	const char *const *keys;
+	/* 0 with *out, or -errno with a reason in s->err. Unknown keys in s->param are an error
+	 * (-EINVAL naming the key): a misspelt option must not be ignored. */
+	int (*create)(const struct tier_setup *s, struct tier **out);
+};
+
+typedef const struct tier_plugin *(*tier_plugin_fn)(void);
+
+/* The value of key among the stage's options, or NULL. */
+static inline const char *tier_param_get(const struct tier_setup *s, const char *key)
+{
+	for (size_t i = 0; i < s->nparam; i++)
+		if (!strcmp(s->param[i].key, key))
+			return s->param[i].value;
+	return NULL;
 }
 
 #endif

@@ -16,7 +16,7 @@ cd "$(dirname "$0")/.."
 top=$(pwd)
 
 PKGS="gcc libc6-dev libfuse3-dev fuse3 dpkg-dev libzstd-dev libaio-dev libxxhash-dev check meson \
-ninja-build pkg-config fio attr python3"
+ninja-build pkg-config fio attr python3 libjansson-dev"
 # the tests also check /.ucm/stats with promtool (Debian's prometheus package), fuzz the
 # parsers and decoders with clang's libFuzzer (libclang-rt-dev holds its runtime), and build,
 # lint and install the Debian package (tests/package)

@@ -90,8 +90,8 @@ static void check_format_sizes(const struct ucm_options *o, const char *full, si
 	}
 }
 
-/* The lines of options_format() after store= and mountpoint= (whose values are paths that
- * may hold newlines): one per option. */
+/* The lines of options_format() after store=, mountpoint= and topology= (whose values are
+ * paths that may hold newlines): one per option. */
 #define OPTION_LINES 18
 
 /*
@@ -101,7 +101,9 @@ static void check_format_sizes(const struct ucm_options *o, const char *full, si
  */
 static void check_round_trip(const struct ucm_options *o, const char *text)
 {
-	char *list = calloc(1, TEXT_MAX + sizeof(o->fuse_opts) + 16), *copy = strdup(text);
+	char *list = calloc(1, TEXT_MAX + sizeof(o->fuse_opts) + 32 +
+				(o->topology ? strlen(o->topology) : 0));
+	char *copy = strdup(text);
 	char *store = calloc(1, (size_t)UCM_MAX_STORES * 4096 + 8);
 	char *argv[8], msg[256], *line, *lines[OPTION_LINES];
 	struct ucm_options *o2 = malloc(sizeof(*o2));
@@ -125,11 +127,15 @@ static void check_round_trip(const struct ucm_options *o, const char *text)
 		line = lines[k];
 		CHECK(strchr(line, '='));
 		if (!strcmp(line, "block_size=unset") || !strcmp(line, "io_depth=0") ||
-		    !strcmp(line, "durable=0"))
+		    !strcmp(line, "durable=0") || !strcmp(line, "pipeline=topology"))
 			continue;
 		if (list[0])
 			strcat(list, ",");
 		strcat(list, !strcmp(line, "durable=1") ? "durable" : line);
+	}
+	if (o->topology) {
+		strcat(list, ",topology=");
+		strcat(list, o->topology);
 	}
 	if (o->fuse_opts[0]) {
 		strcat(list, ",");
@@ -160,6 +166,8 @@ static void check_round_trip(const struct ucm_options *o, const char *text)
 	for (int i = 0; i < o->nstores; i++)
 		CHECK(!strcmp(o->stores[i], o2->stores[i]));
 	CHECK(!strcmp(o->mountpoint, o2->mountpoint));
+	CHECK(!o->topology == !o2->topology);
+	CHECK(!o->topology || !strcmp(o->topology, o2->topology));
 	CHECK(!strcmp(o->fuse_opts, o2->fuse_opts));
 	CHECK(o->foreground == o2->foreground && o->debug == o2->debug);
 	options_free(o2);

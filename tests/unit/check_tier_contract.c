@@ -8,7 +8,7 @@
  * Factories: the memory tier, the disk tier in both layouts and with both IO engines, the
  * compress stage and the stripe over disk tiers on their own, pipelines stacked by hand
  * (roomy, tight, memory only), and the stacks the daemon builds from its options
- * (pipeline_build), with either engine.
+ * (topology_build), with either engine.
  *
  * The cases use only what every tier promises: a commit publishes exactly the bytes
  * written (contract cases write whole blocks, so a tier that checks completeness agrees),
@@ -26,6 +26,7 @@
 #include "tests/unit/unit.h"
 #include "tiers/compress.h"
 #include "tiers/pipeline.h"
+#include "tiers/topology.h"
 #include "tiers/stripe.h"
 
 struct tfix {
@@ -122,7 +123,7 @@ static void open_pipeline_mem(struct tfix *fx)
 	open_stack(fx, 64ULL << 20, false);
 }
 
-/* The stack the daemon builds from its command line (pipeline_build), over a fresh STORE. */
+/* The stack the daemon builds from its command line (topology_build), over a fresh STORE. */
 static void open_built(struct tfix *fx, const char *opts, int nstores)
 {
 	char store[PATH_MAX * 2] = "", sub[PATH_MAX];
@@ -136,7 +137,7 @@ static void open_built(struct tfix *fx, const char *opts, int nstores)
 		strncat(store, sub, sizeof(store) - strlen(store) - 1);
 	}
 	ck_assert_msg(options_parse(&o, 5, argv, msg, sizeof(msg)) == 0, "%s", msg);
-	ck_assert_int_eq(pipeline_build(&o, &fx->t), 0);
+	ck_assert_int_eq(topology_build(&o, &fx->t, NULL), 0);
 	options_free(&o);
 	ck_assert_int_eq(pipeline_start(fx->t), 0);
 }
