@@ -1006,6 +1006,9 @@ int pipeline_start(struct tier *t)
 	struct tier_usage u = { 0 };
 	int rc;
 
+	if (p->launched)
+		return 0;
+	p->launched = true;
 	/* memory made ready first for the blocks the disk holds (most are one size) */
 	if (p->below && p->below->ops->usage)
 		p->below->ops->usage(p->below, &u);

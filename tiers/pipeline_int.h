@@ -77,6 +77,7 @@ struct pipeline {
 	bool fetching;               /* the fetcher runs */
 	pthread_cond_t sweep_cond;   /* wakes the sweeper to stop */
 	bool started, sweeping;
+	bool launched;               /* pipeline_start() ran: a second call does nothing */
 
 	atomic_uint_fast64_t commits_ok, commits_incomplete, commits_failed;
 	atomic_uint_fast64_t dumps, dump_errors, loads, load_errors, spills, streamed;

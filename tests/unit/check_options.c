@@ -228,6 +228,37 @@ START_TEST(test_options_bad_pipeline)
 }
 END_TEST
 
+/* topology= replaces pipeline=: the file is read when the tiers are built, not here */
+START_TEST(test_options_topology)
+{
+	char text[8192];
+
+	ok_opts("topology=/etc/ucmfs/tiers.json,mem_size=64M");
+	ck_assert_str_eq(opts.topology, "/etc/ucmfs/tiers.json");
+	ck_assert_str_eq(opts.pipeline, "topology");
+	options_format(&opts, text, sizeof(text));
+	ck_assert_ptr_nonnull(strstr(text, "\ntopology=/etc/ucmfs/tiers.json\n"));
+	/* the last one given wins, as for every option */
+	ok_opts("topology=/a.json,topology=/b.json");
+	ck_assert_str_eq(opts.topology, "/b.json");
+	/* STORE none is fine: a topology may have no disk */
+	ck_assert_int_eq(parse("-o", "topology=/t.json", "none", "/mnt", NULL), 0);
+	ok_opts("mem_size=64M");
+	ck_assert_ptr_null(opts.topology);
+	options_format(&opts, text, sizeof(text));
+	ck_assert_ptr_nonnull(strstr(text, "\ntopology=none\n"));
+}
+END_TEST
+
+START_TEST(test_options_bad_topology)
+{
+	bad_opts("topology=", "topology");
+	bad_opts("topology", "topology");
+	bad_opts("topology=/t.json,pipeline=cache:posix", "topology");
+	bad_opts("pipeline=posix,topology=/t.json", "pipeline");
+}
+END_TEST
+
 START_TEST(test_options_compress)
 {
 	ok_opts("compress=none");
@@ -565,6 +596,7 @@ Suite *options_suite(void)
 	tcase_add_test(core, test_options_sizes);
 	tcase_add_test(core, test_options_words);
 	tcase_add_test(core, test_options_pipeline);
+	tcase_add_test(core, test_options_topology);
 	tcase_add_test(core, test_options_compress);
 	tcase_add_test(core, test_options_io_depth);
 	tcase_add_test(core, test_options_io_timeout);
@@ -587,6 +619,7 @@ Suite *options_suite(void)
 	tcase_add_test(errors, test_options_bad_command_lines);
 	tcase_add_test(errors, test_options_store_errors);
 	tcase_add_test(errors, test_options_pipeline_needs_store);
+	tcase_add_test(errors, test_options_bad_topology);
 	suite_add_tcase(s, core);
 	suite_add_tcase(s, errors);
 	return s;
