@@ -10,13 +10,15 @@
  * costs one lookup per branch; branches answer from their own indexes). The choice survives a
  * remount as far as its branch does: a branch with a store finds its blocks again at start.
  *
- * Writes. A write is reserved in the branch that holds the id already (a replacement starts
- * from the old bytes there, as in any pipeline), else in the branch the route gives from what
- * is known at that moment. The TTL usually comes later (setxattr on the open file), so the
+ * Writes. A write of an id that a branch holds is reserved there at once (a replacement
+ * starts from the old bytes there, as in any pipeline). A new id is placed at its first write,
+ * truncate or close, by what is known then: a TTL set on the open file before its bytes, the
+ * mount's ttl=, the size declared or hinted. The TTL may also come after the bytes, so the
  * last writer's close routes again; if the branch changed, the block's bytes are copied into a
  * reservation of the new branch, which publishes it, and the first reservation is dropped: a
- * short-lived block reserved in a branch with a disk never reaches that disk. A write that is
- * incomplete at close is not moved (its branch refuses it as any pipeline does).
+ * short-lived block never reaches the disk of the other branch either way, and only a TTL
+ * given late costs the copy. A write that is incomplete at close is not moved (its branch
+ * refuses it as any pipeline does).
  *
  * One version. A publication in one branch removes the id from the others, under the id's
  * stripe, so that lookups (which also take it) never see two versions.
@@ -33,6 +35,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "src/clock.h"
 #include "src/idmap.h"
 #include "src/metrics.h"
 #include "src/units.h"
@@ -43,7 +46,9 @@
 /* The writers of one id. */
 struct psession {
 	struct idnode node;
-	int branch;             /* where its reservations are */
+	int branch;             /* where its reservations are, once placed */
+	bool placed;            /* branch chosen (p->lock): at reserve for an id some branch
+				   holds, else at the first write, truncate or commit */
 	unsigned refs;          /* open writers; p->lock */
 	int64_t ttl_ms;         /* as set on the write; TTL_NONE: none */
 	bool ttl_set;           /* else the mount's default applies */
@@ -53,9 +58,10 @@ struct psession {
 
 struct pwh {
 	struct tier_handle base; /* base.tier: the peer */
-	struct tier_handle *in;  /* the branch's reservation */
+	struct tier_handle *in;  /* the branch's reservation; NULL until placed */
 	struct psession *s;
 	unsigned flags;          /* of the reservation */
+	uint64_t size_hint;      /* of the reservation (a size declared before it is placed) */
 };
 
 struct peer {
@@ -227,9 +233,11 @@ static int peer_set_ttl(struct tier *t, const struct blockid *id, int64_t ttl_ms
 		s = (struct psession *)n;
 		s->ttl_ms = ttl_ms;
 		s->ttl_set = true;
-		b = s->branch;
+		b = s->placed ? s->branch : -2;
 	}
 	pthread_mutex_unlock(&p->lock);
+	if (b == -2)
+		return 0; /* not placed yet: it will be by this TTL */
 	if (b < 0)
 		b = find(p, id);
 	if (b < 0)
@@ -240,90 +248,6 @@ static int peer_set_ttl(struct tier *t, const struct blockid *id, int64_t ttl_ms
 }
 
 /* --- writing --------------------------------------------------------------------------- */
-
-static int peer_reserve(struct tier *t, const struct blockid *id, unsigned flags,
-			uint64_t size_hint, struct tier_handle **out)
-{
-	struct peer *p = peer_of(t);
-	struct pwh *h = calloc(1, sizeof(*h));
-	struct psession *s = NULL, *fresh = calloc(1, sizeof(*fresh));
-	struct idnode *n;
-	int rc, b;
-
-	if (!h || !fresh) {
-		free(h);
-		free(fresh);
-		return -ENOMEM;
-	}
-	pthread_mutex_lock(&p->lock);
-	n = idmap_find(&p->sessions, id);
-	if (n) {
-		s = (struct psession *)n;  /* join its writers, in its branch */
-		s->refs++;
-		b = s->branch;
-	} else {
-		b = find(p, id);
-		if (b < 0)
-			b = route(p, p->default_ttl_ms, size_hint);
-		s = fresh;
-		fresh = NULL;
-		s->node.id = *id;
-		s->branch = b;
-		s->refs = 1;
-		s->ttl_ms = TTL_NONE;
-		if (idmap_insert(&p->sessions, &s->node)) {
-			pthread_mutex_unlock(&p->lock);
-			free(s);
-			free(h);
-			return -ENOMEM;
-		}
-	}
-	pthread_mutex_unlock(&p->lock);
-	free(fresh);
-
-	/* a reservation of a session that is between branches waits for nothing: branches
-	 * change only at the last writer's close, when nobody else can be joining */
-	rc = p->branch[b]->ops->reserve(p->branch[b], id, flags, size_hint, &h->in);
-	if (rc) {
-		pthread_mutex_lock(&p->lock);
-		if (--s->refs == 0) {
-			idmap_remove(&p->sessions, &s->node);
-			free(s);
-		}
-		pthread_mutex_unlock(&p->lock);
-		free(h);
-		return rc;
-	}
-	h->base.tier = t;
-	h->s = s;
-	h->flags = flags;
-	*out = &h->base;
-	return 0;
-}
-
-static ssize_t peer_write(struct tier_handle *th, const void *buf, size_t len, uint64_t off)
-{
-	struct pwh *h = (struct pwh *)th;
-
-	h->s->wrote = true;
-	return h->in->tier->ops->write(h->in, buf, len, off);
-}
-
-static int peer_truncate(struct tier_handle *th, uint64_t size)
-{
-	struct pwh *h = (struct pwh *)th;
-
-	h->s->wrote = true;
-	return h->in->tier->ops->truncate(h->in, size);
-}
-
-static int peer_set_durable(struct tier_handle *th)
-{
-	struct pwh *h = (struct pwh *)th;
-
-	h->s->durable = true;
-	return h->in->tier->ops->set_durable ? h->in->tier->ops->set_durable(h->in) : 0;
-}
 
 /* Writer's handle done with: the session goes with its last writer. */
 static void put_writer(struct peer *p, struct pwh *h)
@@ -337,6 +261,140 @@ static void put_writer(struct peer *p, struct pwh *h)
 	}
 	pthread_mutex_unlock(&p->lock);
 	free(h);
+}
+
+/* The branch's reservation of a writer, made at its first write, truncate or commit if the
+ * id was new: by then the writer has usually said its TTL, and the block goes straight to its
+ * branch. 0 or the branch's error. */
+static int place(struct peer *p, struct pwh *h)
+{
+	struct psession *s = h->s;
+	int64_t ttl;
+	bool ttl_set;
+	int rc, b;
+
+	if (h->in)
+		return 0;
+	pthread_mutex_lock(&p->lock);
+	if (!s->placed) {
+		s->branch = route(p, s->ttl_set ? s->ttl_ms : p->default_ttl_ms, h->size_hint);
+		s->placed = true;
+	}
+	b = s->branch;
+	ttl = s->ttl_ms;
+	ttl_set = s->ttl_set;
+	pthread_mutex_unlock(&p->lock);
+	/* EXCL was checked at reserve, against the peer's writers and every branch */
+	rc = p->branch[b]->ops->reserve(p->branch[b], &s->node.id, h->flags & ~TIER_RESERVE_EXCL,
+					h->size_hint, &h->in);
+	if (rc)
+		return rc;
+	/* a TTL given before the branch had this write applies there too */
+	if (ttl_set && p->branch[b]->ops->set_ttl)
+		p->branch[b]->ops->set_ttl(p->branch[b], &s->node.id, ttl);
+	if (s->durable && h->in->tier->ops->set_durable)
+		h->in->tier->ops->set_durable(h->in);
+	return 0;
+}
+
+static int peer_reserve(struct tier *t, const struct blockid *id, unsigned flags,
+			uint64_t size_hint, struct tier_handle **out)
+{
+	struct peer *p = peer_of(t);
+	struct pwh *h = calloc(1, sizeof(*h));
+	struct psession *s = NULL, *fresh = calloc(1, sizeof(*fresh));
+	struct idnode *n;
+	bool placed = false;
+	int rc = 0, b;
+
+	if (!h || !fresh) {
+		free(h);
+		free(fresh);
+		return -ENOMEM;
+	}
+	h->base.tier = t;
+	h->flags = flags;
+	h->size_hint = size_hint;
+	pthread_mutex_lock(&p->lock);
+	n = idmap_find(&p->sessions, id);
+	if (n && (flags & TIER_RESERVE_EXCL)) {
+		rc = -EEXIST;
+	} else if (n) {
+		s = (struct psession *)n;  /* join its writers, in its branch */
+		s->refs++;
+		placed = s->placed;
+	} else {
+		s = fresh;
+		fresh = NULL;
+		s->node.id = *id;
+		s->refs = 1;
+		s->ttl_ms = TTL_NONE;
+		/* a committed id is written in the branch that holds it (a replacement starts
+		 * from its bytes there); a new one is placed at its first write */
+		b = find(p, id);
+		if (b >= 0) {
+			s->branch = b;
+			s->placed = placed = true;
+		}
+		if (b >= 0 && (flags & TIER_RESERVE_EXCL)) {
+			free(s);
+			s = NULL;
+			rc = -EEXIST;
+		} else if (idmap_insert(&p->sessions, &s->node)) {
+			free(s);
+			s = NULL;
+			rc = -ENOMEM;
+		}
+	}
+	pthread_mutex_unlock(&p->lock);
+	free(fresh);
+	h->s = s;
+	if (rc == 0 && placed)
+		rc = place(p, h);
+	if (rc) {
+		if (s)
+			put_writer(p, h);
+		else
+			free(h);
+		return rc;
+	}
+	*out = &h->base;
+	return 0;
+}
+
+static ssize_t peer_write(struct tier_handle *th, const void *buf, size_t len, uint64_t off)
+{
+	struct pwh *h = (struct pwh *)th;
+	int rc = place(peer_of(th->tier), h);
+
+	if (rc)
+		return rc;
+	h->s->wrote = true;
+	return h->in->tier->ops->write(h->in, buf, len, off);
+}
+
+static int peer_truncate(struct tier_handle *th, uint64_t size)
+{
+	struct pwh *h = (struct pwh *)th;
+	int rc;
+
+	if (!h->in)
+		h->size_hint = size; /* the size it declares routes it */
+	rc = place(peer_of(th->tier), h);
+	if (rc)
+		return rc;
+	h->s->wrote = true;
+	return h->in->tier->ops->truncate(h->in, size);
+}
+
+static int peer_set_durable(struct tier_handle *th)
+{
+	struct pwh *h = (struct pwh *)th;
+
+	h->s->durable = true;
+	if (!h->in)
+		return 0; /* applied when it is placed */
+	return h->in->tier->ops->set_durable ? h->in->tier->ops->set_durable(h->in) : 0;
 }
 
 /* Copy a complete write of `size` bytes into a reservation of branch b and publish it there
@@ -395,11 +453,17 @@ static int peer_commit(struct tier_handle *th, const struct block_meta *meta, un
 	struct block_attr a;
 	int64_t ttl_ms;
 	bool last;
-	int rc, b = s->branch;
+	int rc, b;
 
+	rc = place(p, h); /* a block closed without a write: an empty one */
+	if (rc) {
+		put_writer(p, h);
+		return rc;
+	}
 	pthread_mutex_lock(&p->lock);
 	last = s->refs == 1;
 	ttl_ms = s->ttl_set ? s->ttl_ms : p->default_ttl_ms;
+	b = s->branch;
 	pthread_mutex_unlock(&p->lock);
 	if (last && s->wrote && h->in->tier->ops->stat(h->in, &a) == 0 && !a.partial) {
 		b = route(p, ttl_ms, a.size);
@@ -433,29 +497,39 @@ static void peer_abort(struct tier_handle *th)
 {
 	struct pwh *h = (struct pwh *)th;
 
-	h->in->tier->ops->abort(h->in);
+	if (h->in)
+		h->in->tier->ops->abort(h->in);
 	put_writer(peer_of(th->tier), h);
 }
 
 /* --- handles: a write handle is the peer's, a read handle its branch's ------------------ */
 
+/* (a write not yet placed has no bytes: it reads as empty) */
 static ssize_t peer_read(struct tier_handle *th, void *buf, size_t len, uint64_t off)
 {
 	struct tier_handle *in = is_peer_handle(th) ? ((struct pwh *)th)->in : th;
 
-	return in->tier->ops->read(in, buf, len, off);
+	return in ? in->tier->ops->read(in, buf, len, off) : 0;
 }
 
 static int peer_stat(struct tier_handle *th, struct block_attr *attr)
 {
 	struct tier_handle *in = is_peer_handle(th) ? ((struct pwh *)th)->in : th;
 
+	if (!in) {
+		memset(attr, 0, sizeof(*attr));
+		attr->where = TIER_MEM;
+		attr->mtime = attr->atime = wall_ns();
+		return 0;
+	}
 	return in->tier->ops->stat(in, attr);
 }
 
 static const void *peer_data(struct tier_handle *th)
 {
-	return tier_data(is_peer_handle(th) ? ((struct pwh *)th)->in : th);
+	struct tier_handle *in = is_peer_handle(th) ? ((struct pwh *)th)->in : th;
+
+	return in ? tier_data(in) : NULL;
 }
 
 static int peer_backing(struct tier_handle *th)

@@ -90,6 +90,14 @@ static uint64_t published(struct tier *t, int b)
 	return c.routed[b];
 }
 
+static uint64_t moved(struct tier *t)
+{
+	struct peer_counters c;
+
+	peer_counters(t, &c);
+	return c.moved;
+}
+
 START_TEST(test_peer_ttl_route)
 {
 	struct pfix f;
@@ -116,6 +124,8 @@ START_TEST(test_peer_ttl_route)
 	ck_assert(on_disk(&f, &c));
 	ck_assert_uint_eq(published(f.t, 0), 2);
 	ck_assert_uint_eq(published(f.t, 1), 1);
+	/* a TTL before the bytes places the write in its branch; after them, it moves once */
+	ck_assert_uint_eq(moved(f.t), 1);
 	/* a TTL of 10 s is not below the bound */
 	ck_assert_int_eq(put_ttl(f.t, &a, 4, 1000, 10000, true), 0);
 	ck_assert_int_eq(tu_lookup(f.disk.t, &a, NULL), 0);
