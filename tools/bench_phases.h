@@ -114,6 +114,12 @@ void floor_rows(void);
 void run_prefetch(void);
 void prefetch_rows(void);
 
+/* --- bench_routing.c ------------------------------------------------------------------- */
+
+/* Disk bytes and write + fsync time of a mix of blocks, half with a 5 s TTL, through a peer
+ * that keeps those in memory against the one default chain; their rows. */
+void run_routing(void);
+
 /* --- bench_hitrate.c -------------------------------------------------------------------- */
 
 /* Hit ratio of the memory tier under each policy on a Zipf read stream through a mount, the

@@ -12,9 +12,11 @@
  * once), nullfs writes, the plain directory peer, then ucmfs: write, fsync, verify, hot reads
  * in trials alternated with nullfs's, mixed (first size only, nullfs then ucmfs), cold reads
  * (each from a fresh daemon with the page cache dropped). Then loads of a set of cold blocks
- * by prefetch and by parallel readers against fio (bench_prefetch.c). Then creates, readdir
- * and lookups on 4 KiB blocks. A watchdog (alarm) ends a phase that hangs, so that a stuck daemon is a
- * report, not a stuck benchmark. This file: the figures, the mounts, the command line.
+ * by prefetch and by parallel readers against fio (bench_prefetch.c). Then the disk bytes and
+ * write + fsync time of blocks half of which live 5 s, through a peer that routes them by TTL
+ * against the one default chain (bench_routing.c). Then creates, readdir and lookups on 4 KiB
+ * blocks. A watchdog (alarm) ends a phase that hangs, so that a stuck daemon is a report, not
+ * a stuck benchmark. This file: the figures, the mounts, the command line.
  * Then the memory tier's hit ratio per policy against Belady's OPT (bench_hitrate.c); last,
  * the time a daemon takes to mount a store of a million blocks (bench_mount.c).
  */
@@ -492,6 +494,7 @@ int main(int argc, char **argv)
 	prefetch_rows();
 	if (R.c.loads_only)
 		goto done;
+	run_routing();
 	if (mem_for(R.c.meta * META_BLOCK * 2) > R.mem_size)
 		R.mem_size = mem_for(R.c.meta * META_BLOCK * 2);
 	run_meta();
