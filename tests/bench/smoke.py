@@ -4,7 +4,8 @@
 A benchmark check, not a timed test: it asserts that every figure row is there with a
 numeric value, a numeric floor and a positive ratio, that the JSON and the table agree, and
 that a few relations that hold on any machine hold (p99 >= p50, shuffled zstd beats plain
-zstd on KV-like data), never a speed.
+zstd on KV-like data, a peer by TTL writes about half the disk bytes of one chain when half
+the blocks live 5 s), never a speed.
 
 usage: smoke.py UCM_BENCH UCMFS NULLFS
 Exit 77 (skip) only when FUSE cannot be used here (no usable /dev/fuse or fusermount3).
@@ -34,6 +35,7 @@ FIGURES = [
     'hitrate.clock', 'hitrate.lru', 'hitrate.fifo',
     'hitrate.sim_clock', 'hitrate.sim_lru', 'hitrate.sim_fifo',
     'mount.cold', 'mount.warm', 'mount.crash.cold', 'mount.crash.warm',
+    'routing.disk_bytes', 'routing.write_durable',
 ]
 
 FAILURES = []
@@ -113,6 +115,12 @@ def main():
             # KV-like data (tools/kvgen.c): ~1.2 plain, ~1.4 shuffled, as DESIGN.md measured
             check(1.05 < plain < 1.5, 'zstd ratio on KV-like data %r (want ~1.2)' % plain)
             check(shuf > plain, 'shuffled zstd ratio %r <= plain %r' % (shuf, plain))
+        routed = byid.get('routing.disk_bytes', [{}])[0].get('ratio')
+        if finite_positive(routed):
+            # half the blocks have a 5 s TTL and the peer keeps those in memory alone: the one
+            # chain writes every block to disk, the peer about half of them (as stored)
+            check(1.5 < routed < 2.5, 'routing: the one chain wrote %r times the disk bytes '
+                  'of the peer by TTL (want ~2)' % routed)
         for r in rows:
             # Belady's OPT is the best hit ratio any policy can reach on the same trace and
             # capacity: a policy above it means a miscounted hit or a miscounted capacity
