@@ -2,8 +2,8 @@
  * ucm-bench routing phase (bench_phases.h): what a peer that routes by TTL spares the disk.
  *
  * A mix of blocks of KV-like data (64 of 4 MiB, 16 of 1 MiB with --quick), every other one
- * given user.ucm.ttl 5s on the open file before its close (as the client library does at a
- * commit), the others no TTL, is written and then made durable (open O_RDONLY, fsync, close
+ * given user.ucm.ttl 5s on the open file before its bytes (as the client libraries do), the
+ * others no TTL, is written and then made durable (open O_RDONLY, fsync, close
  * each, as an engine that must find its blocks after a crash does) through two fresh daemons,
  * each on a fresh store:
  *
@@ -100,7 +100,7 @@ static int rt_topology(const char *path, uint64_t mem0)
 }
 
 /*
- * Write block i: open, the bytes, user.ucm.ttl on the open file if it is a short one, close
+ * Write block i: open, user.ucm.ttl on the open file if it is a short one, the bytes, close
  * (the commit). b: its deadline (the TTL counts from the commit, which follows the moment
  * taken here), not gone.
  */
@@ -115,6 +115,8 @@ static int rt_write_block(const struct wl *w, uint64_t i, struct rt_blk *b)
 	fd = open(path, O_CREAT | O_WRONLY, 0644);
 	if (fd < 0)
 		return bench_fail(errno, "open(O_CREAT) %s", path);
+	if (is_short(i) && fsetxattr(fd, "user.ucm.ttl", RT_TTL, strlen(RT_TTL), 0))
+		rc = bench_fail(errno, "fsetxattr user.ucm.ttl %s", path);
 	while (off < w->bsize && rc == 0) {
 		ssize_t n = pwrite(fd, src + off, w->bsize - off, (off_t)off);
 
@@ -126,8 +128,6 @@ static int rt_write_block(const struct wl *w, uint64_t i, struct rt_blk *b)
 		else
 			off += (uint64_t)n;
 	}
-	if (rc == 0 && is_short(i) && fsetxattr(fd, "user.ucm.ttl", RT_TTL, strlen(RT_TTL), 0))
-		rc = bench_fail(errno, "fsetxattr user.ucm.ttl %s", path);
 	b->due = is_short(i) ? now_s() + RT_TTL_S : INFINITY;
 	b->gone = false;
 	/* on ucmfs the close commits (and the peer routes): its error is the commit's */

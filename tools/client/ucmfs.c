@@ -186,9 +186,16 @@ int ucmfs_writer_begin(struct ucmfs *u, const ucmfs_id id, uint64_t size,
 		free(w);
 		return rc;
 	}
+	/* the TTL before anything else (it counts from the commit all the same): a mount whose
+	 * topology routes by TTL then places the block in its branch before its first byte */
+	rc = w->ttl_ms > 0 ? set_ttl_fd(w->fd, w->ttl_ms) : 0;
 	/* declare the size: the commit then needs every byte of it */
-	if (ftruncate(w->fd, (off_t)size)) {
+	if (rc == 0 && ftruncate(w->fd, (off_t)size))
 		rc = -errno;
+	if (rc) {
+		/* a byte declared and never written: the close publishes nothing */
+		if (ftruncate(w->fd, (off_t)size + 1))
+			rc = rc ? rc : -errno;
 		close(w->fd);
 		free(w);
 		return rc;
@@ -208,9 +215,7 @@ int ucmfs_writer_commit(struct ucmfs_writer *w)
 {
 	int rc = 0;
 
-	if (w->ttl_ms > 0)
-		rc = set_ttl_fd(w->fd, w->ttl_ms);
-	if (rc == 0 && (w->flags & UCMFS_PUT_DURABLE) && fsync(w->fd))
+	if ((w->flags & UCMFS_PUT_DURABLE) && fsync(w->fd))
 		rc = -errno;
 	if (rc) {
 		ucmfs_writer_abort(w);

@@ -95,6 +95,10 @@ class Writer:
         flags = os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC | (os.O_TRUNC if replace else os.O_EXCL)
         self.fd = os.open(self.name, flags, 0o644, dir_fd=client.dfd)
         try:
+            # the TTL first (it counts from the commit all the same): a mount whose topology
+            # routes by TTL then places the block in its branch before its first byte
+            if ttl_ms:
+                os.setxattr(self.fd, 'user.ucm.ttl', str(int(ttl_ms)).encode())
             os.ftruncate(self.fd, size)   # declare the size: the commit needs every byte
         except BaseException:
             os.close(self.fd)
@@ -111,8 +115,6 @@ class Writer:
         """Publish the block. OSError(EIO) if a byte of it was never written."""
         fd, self.fd = self.fd, None
         try:
-            if self.ttl_ms:
-                os.setxattr(fd, 'user.ucm.ttl', str(int(self.ttl_ms)).encode())
             if self.durable:
                 os.fsync(fd)
         except BaseException:
