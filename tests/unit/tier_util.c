@@ -13,6 +13,7 @@
 #include "tiers/cache.h"
 #include "tiers/compress.h"
 #include "tiers/pipeline.h"
+#include "tiers/plugin.h"
 #include "tiers/posix.h"
 #include "tiers/stripe.h"
 
@@ -216,6 +217,55 @@ struct tier *tu_posix_io(const char *dir, enum ucm_layout layout, bool aio)
 	int rc = posix_create(&pc, &t);
 
 	ck_assert_msg(rc == 0, "posix_create(%s) = %d", dir, rc);
+	return t;
+}
+
+int tu_plugin_create(const char *lib, const struct tier_param *param, size_t n, char *dir,
+		     size_t dirlen, struct tier **out, char *err, size_t errlen)
+{
+	struct tier_param *all = calloc(n + 1, sizeof(*all));
+	struct tier_setup setup = { .name = "store", .param = all, .nparam = n,
+				    .max_block = 256ULL << 20, .err = err, .errlen = errlen };
+	struct tier_ref ref;
+	int rc;
+
+	if (!all) {
+		snprintf(err, errlen, "out of memory");
+		return -ENOMEM;
+	}
+	dir[0] = '\0';
+	for (size_t i = 0; i < n; i++) {
+		all[i] = param[i];
+		if (!strcmp(param[i].key, "path"))
+			dir = NULL;
+	}
+	if (dir) {
+		ut_mkdtemp(dir, dirlen);
+		all[setup.nparam++] = (struct tier_param){ "path", dir };
+	}
+	rc = tier_ref_get(lib, &ref, err, errlen);
+	if (rc == 0 && ref.plugin->kind != TIER_KIND_STORE) {
+		snprintf(err, errlen, "tier library %s describes %s, which is not a store", lib,
+			 ref.plugin->name);
+		tier_ref_put(&ref);
+		rc = -EINVAL;
+	}
+	if (rc == 0)
+		rc = tier_ref_create(&ref, &setup, out);
+	free(all);
+	return rc;
+}
+
+struct tier *tu_plugin_store(const char *lib, const struct tier_param *param, size_t n,
+			     char *dir, size_t dirlen)
+{
+	struct tier *t = NULL;
+	char err[512];
+	int rc = tu_plugin_create(lib, param, n, dir, dirlen, &t, err, sizeof(err));
+
+	ck_assert_msg(rc == 0, "%s", err);
+	rc = tier_start(t);
+	ck_assert_msg(rc == 0, "%s: start = %d", lib, rc);
 	return t;
 }
 

@@ -61,6 +61,19 @@ struct tier *tu_posix(const char *dir, enum ucm_layout layout);
 /* The same with the IO engine chosen: aio reads O_DIRECT through libaio (io_depth 4). */
 struct tier *tu_posix_io(const char *dir, enum ucm_layout layout, bool aio);
 
+/*
+ * The store in the tier library lib (a path; tiers/plugin.c loads it as the daemon does),
+ * created with the n params and, unless one of them is `path`, path=DIR of a fresh temporary
+ * directory (ut_mkdtemp: in a test case only), whose name goes into dir (else dir is "").
+ * 0 with *out, or -errno with a one-line reason in err: the loader's, "not a store", or the
+ * tier's own.
+ */
+int tu_plugin_create(const char *lib, const struct tier_param *param, size_t n, char *dir,
+		     size_t dirlen, struct tier **out, char *err, size_t errlen);
+/* The same in a test case, which fails if the store cannot be made; started (tier_start). */
+struct tier *tu_plugin_store(const char *lib, const struct tier_param *param, size_t n,
+			     char *dir, size_t dirlen);
+
 struct tu_stack {
 	struct tier *t;         /* the pipeline */
 	struct tier *cache;     /* owned by the pipeline; NULL if none */
