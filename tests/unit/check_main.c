@@ -62,7 +62,7 @@ static const char *contract_name(unsigned k)
 #else
 #define RUNNER "check_unit"
 /* suites of check_cache_model.c, check_compress.c, check_shuffle.c, check_buf.c,
- * check_io.c, check_bdi.c, check_inode.c, check_peer.c */
+ * check_io.c, check_bdi.c, check_inode.c, check_peer.c, check_plugin.c */
 Suite *cache_model_suite(void);
 Suite *compress_suite(void);
 Suite *shuffle_suite(void);
@@ -71,6 +71,7 @@ Suite *io_suite(void);
 Suite *bdi_suite(void);
 Suite *inode_suite(void);
 Suite *peer_suite(void);
+Suite *plugin_suite(void);
 
 static const struct {
 	const char *name;
@@ -93,6 +94,7 @@ static const struct {
 	{ "bdi", bdi_suite },
 	{ "inode", inode_suite },
 	{ "peer", peer_suite },
+	{ "plugin", plugin_suite },
 };
 
 #define contract_count tier_contract_count
