@@ -124,7 +124,8 @@ static void open_pipeline_mem(struct tfix *fx)
 	open_stack(fx, 64ULL << 20, false);
 }
 
-/* The stack the daemon builds from its command line (topology_build), over a fresh STORE. */
+/* The stack the daemon builds from its command line (topology_build), over a fresh STORE
+ * (nstores directories under fx->dir, made if it is not yet; none: STORE none). */
 static void open_built(struct tfix *fx, const char *opts, int nstores)
 {
 	char store[PATH_MAX * 2] = "", sub[PATH_MAX];
@@ -132,7 +133,10 @@ static void open_built(struct tfix *fx, const char *opts, int nstores)
 	struct ucm_options o;
 	char msg[512];
 
-	ut_mkdtemp(fx->dir, sizeof(fx->dir));
+	if (!fx->dir[0])
+		ut_mkdtemp(fx->dir, sizeof(fx->dir));
+	if (!nstores)
+		snprintf(store, sizeof(store), "none");
 	for (int i = 0; i < nstores; i++) {
 		snprintf(sub, sizeof(sub), "%s%s/s%d", i ? ":" : "", fx->dir, i);
 		strncat(store, sub, sizeof(store) - strlen(store) - 1);
@@ -140,7 +144,7 @@ static void open_built(struct tfix *fx, const char *opts, int nstores)
 	ck_assert_msg(options_parse(&o, 5, argv, msg, sizeof(msg)) == 0, "%s", msg);
 	ck_assert_int_eq(topology_build(&o, &fx->t, NULL), 0);
 	options_free(&o);
-	ck_assert_int_eq(pipeline_start(fx->t), 0);
+	ck_assert_int_eq(tier_start(fx->t), 0);
 }
 
 static void open_built_default(struct tfix *fx)
@@ -174,6 +178,26 @@ static void open_built_aio_ucm(struct tfix *fx)
 	open_built(fx, "mem_size=1M,io=aio,layout=ucm", 1);
 }
 
+/* a topology file: a peer by size, small blocks to memory alone, the rest through a tight
+ * memory tier to disk (moves at commit, loads, evictions, all through one tier) */
+static void open_peer(struct tfix *fx)
+{
+	char file[PATH_MAX + 16], opts[PATH_MAX + 64];
+	FILE *f;
+
+	ut_mkdtemp(fx->dir, sizeof(fx->dir));
+	snprintf(file, sizeof(file), "%s/t.json", fx->dir);
+	f = fopen(file, "w");
+	ck_assert_ptr_nonnull(f);
+	fprintf(f, "{\"peer\": {\"route\": \"size\", \"bounds\": [\"64K\"], \"branches\": [\n"
+		   "  {\"pipe\": [{\"tier\": \"cache\", \"mem_size\": \"16M\"}]},\n"
+		   "  {\"pipe\": [{\"tier\": \"cache\", \"mem_size\": \"1M\"}, \"compress\",\n"
+		   "            {\"tier\": \"posix\", \"path\": \"%s/s\"}]}]}}\n", fx->dir);
+	ck_assert_int_eq(fclose(f), 0);
+	snprintf(opts, sizeof(opts), "io=psync,policy=lru,topology=%s", file);
+	open_built(fx, opts, 0);
+}
+
 #ifdef UCM_DIRSTORE_SO
 /* the example store, loaded from the build directory as the daemon loads a plugin */
 static void open_dirstore(struct tfix *fx)
@@ -199,6 +223,7 @@ static const struct tier_factory factories[] = {
 	{ "posix_ucm_aio", open_posix_ucm_aio },
 	{ "built_aio", open_built_aio },
 	{ "built_aio_ucm", open_built_aio_ucm },
+	{ "peer", open_peer },
 #ifdef UCM_DIRSTORE_SO
 	{ "dirstore", open_dirstore, TC_STORE },
 #endif
