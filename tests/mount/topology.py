@@ -310,6 +310,32 @@ def test_wrong_files_refused():
                 r'\'topology\' and \'pipeline\' both', 'topology and pipeline', status=2)
 
 
+def test_tier_library():
+    """The example store, a library built beside the daemon, under a memory tier: blocks land
+    in its directory, come back after a remount, and its usage shows as stage gauges."""
+    lib = os.path.join(os.path.dirname(daemon_bin()), 'tiers', 'example', 'ucmfs-dirstore.so')
+    check(os.path.exists(lib), 'no example tier library beside the daemon: %s' % lib)
+    with Mount() as m:
+        m.unmount()
+        blocks = os.path.join(m.tmp, 'blocks')
+        tree = {'pipe': [{'tier': 'cache', 'mem_size': '4M'}, {'tier': lib, 'path': blocks}]}
+        m.start('topology=%s' % topo(m, tree))
+        data = {rand_id(): pattern(n, n) for n in (1, 100 * KiB, 3 * MiB, 3 * MiB + 1)}
+        for bid, d in data.items():
+            write_file(m.path(bid), d, fsync=True)
+        check(set(data) <= set(os.listdir(blocks)), 'the library store holds %s' %
+              sorted(os.listdir(blocks)))
+        stats = read_file(m.path('.ucm/stats')).decode()
+        got = re.search(r'^ucmfs_stage_blocks\{stage="/pipe/1"\} (\S+)$', stats, re.M)
+        check(got and float(got.group(1)) == len(data), 'ucmfs_stage_blocks of the library: %s'
+              % (got.group(1) if got else 'missing'))
+        m.remount()
+        for bid, d in data.items():   # 4M of memory: most come back from the library
+            same(read_file(m.path(bid)), d, '%d-byte block after a remount' % len(d))
+        os.unlink(m.path(next(iter(data))))
+        check(next(iter(data)) not in os.listdir(blocks), 'unlink left the file in the library')
+
+
 def test_store_alone_and_shorthand_unchanged():
     """A store node alone serves like pipeline=posix; the shorthand is what it always was."""
     with Mount() as m:
@@ -330,4 +356,4 @@ def test_store_alone_and_shorthand_unchanged():
 run([test_ttl_peer_keeps_short_blocks_off_disk, test_short_blocks_expire,
      test_choice_stays_with_the_block, test_size_peer_two_stores,
      test_queries_and_prefetch_span_branches, test_config_and_metrics, test_wrong_files_refused,
-     test_store_alone_and_shorthand_unchanged])
+     test_tier_library, test_store_alone_and_shorthand_unchanged])
