@@ -143,11 +143,26 @@ static int stage_from_json(struct build *b, json_t *j, const char *where, struct
 	return 0;
 }
 
-/* The mount's options with a built-in stage's own applied (its stores are its own copies).
- * Checked against the keys the tier takes. */
-static int stage_options(struct build *b, const struct stage *st, struct ucm_options *so)
+/* Every option of a stage is one its tier takes (if it lists them). */
+static int check_keys(struct build *b, const struct stage *st)
 {
 	const char *const *keys = st->ref.plugin->keys;
+
+	for (size_t i = 0; keys && i < st->nparam; i++) {
+		bool known = false;
+
+		for (size_t k = 0; keys[k]; k++)
+			known |= !strcmp(keys[k], st->param[i].key);
+		if (!known)
+			return fail(b, st->where, -EINVAL, "tier %s has no option \"%s\"", st->name,
+				    st->param[i].key);
+	}
+	return 0;
+}
+
+/* The mount's options with a built-in stage's own applied (its stores are its own copies). */
+static int stage_options(struct build *b, const struct stage *st, struct ucm_options *so)
+{
 	char opt[256], msg[256];
 	int rc;
 
@@ -161,13 +176,7 @@ static int stage_options(struct build *b, const struct stage *st, struct ucm_opt
 	}
 	for (size_t i = 0; i < st->nparam; i++) {
 		const struct tier_param *p = &st->param[i];
-		bool known = false;
 
-		for (size_t k = 0; keys && keys[k]; k++)
-			known |= !strcmp(keys[k], p->key);
-		if (keys && !known)
-			return fail(b, st->where, -EINVAL, "tier %s has no option \"%s\"", st->name,
-				    p->key);
 		if (!strcmp(p->key, "path"))
 			rc = options_store(so, p->value, msg, sizeof(msg));
 		else if (snprintf(opt, sizeof(opt), "%s=%s", p->key, p->value) >= (int)sizeof(opt))
@@ -237,15 +246,13 @@ static int stage_create(struct build *b, struct stage *st, struct tier *below, s
 		.durable = b->o->durable,
 	};
 	char err[ERR_MAX];
-	int rc = 0;
+	int rc = check_keys(b, st);
 
-	if (!st->ref.lib) {
+	if (rc == 0 && !st->ref.lib) {
 		rc = stage_options(b, st, &so);
 		s.options = &so;
 		if (rc == 0 && st->ref.plugin == &tier_posix_plugin)
 			rc = claim_dirs(b, st, &so);
-	} else if (st->ref.plugin->keys) {
-		rc = stage_options(b, st, &so); /* only checks the keys */
 	}
 	if (rc) {
 		stage_options_free(&so);
