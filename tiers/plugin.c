@@ -48,7 +48,9 @@ static int load(const char *path, struct tier_ref *ref, char *err, size_t len)
 	const struct tier_plugin *p;
 	void *lib;
 
-	if (access(path, F_OK)) {
+	/* NAME.so without a '/' is searched for as dlopen(3) does (LD_LIBRARY_PATH, the
+	 * system's library directories); a path must exist */
+	if (strchr(path, '/') && access(path, F_OK)) {
 		snprintf(err, len, "tier library %s: %s", path, strerror(errno));
 		return -ENOENT;
 	}

@@ -323,8 +323,9 @@ static inline void tier_destroy(struct tier *t)
 /* --- Tiers as plugins --------------------------------------------------------------------- */
 
 /*
- * This header is also the contract of a tier built outside the tree (`pkg-config --cflags
- * ucmfs-tier`, `#include <ucmfs/tier.h>`): a shared library that exports
+ * This header is also the contract of a tier built outside the tree (`#include <tier.h>` with
+ * the flags of `pkg-config --cflags ucmfs-tier`, or <ucmfs/tier.h>): a shared library that
+ * exports
  *
  *	const struct tier_plugin *ucmfs_tier_plugin(void);
  *
@@ -343,6 +344,8 @@ static inline void tier_destroy(struct tier *t)
  * when create fails), and passes through what it does not change.
  * `build/ucm-tier-check LIB.so` runs the daemon's tier contract suite against a store.
  */
+/* Any change to a struct or a flag of this header that a built library would see differently
+ * makes a new ABI version. */
 #define UCMFS_TIER_ABI 1
 #define UCMFS_TIER_ENTRY "ucmfs_tier_plugin"
 
