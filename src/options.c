@@ -398,6 +398,10 @@ void options_derive(struct ucm_options *o)
 
 static int check_combination(struct ucm_options *o, char *msg, size_t len)
 {
+	if (o->layout == LAYOUT_UCM && o->codec == CODEC_ZSTD) {
+		snprintf(msg, len, "layout=ucm stores raw bytes: compress=zstd is not possible");
+		return -EINVAL;
+	}
 	if (o->topology) {
 		if (o->pipeline[0]) {
 			snprintf(msg, len, "options 'topology' and 'pipeline' both say which tiers "
@@ -430,10 +434,6 @@ static int check_combination(struct ucm_options *o, char *msg, size_t len)
 			return -EINVAL;
 		}
 		snprintf(o->pipeline, sizeof(o->pipeline), "cache:posix");
-	}
-	if (o->layout == LAYOUT_UCM && o->codec == CODEC_ZSTD) {
-		snprintf(msg, len, "layout=ucm stores raw bytes: compress=zstd is not possible");
-		return -EINVAL;
 	}
 	return 0;
 }

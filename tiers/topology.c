@@ -48,6 +48,7 @@ struct build {
 	char *dirs[MAX_DIRS];   /* directories of the posix stages so far (each has one user) */
 	char dirs_where[MAX_DIRS][128];
 	int ndirs;
+	bool raw_store;         /* the store of the pipe being built keeps raw bytes (layout=ucm) */
 	const char *file;       /* NULL for the pipeline= shorthand */
 	char *tree;             /* the assembled tree on one line, for /.ucm/config */
 	size_t tlen;
@@ -251,8 +252,16 @@ static int stage_create(struct build *b, struct stage *st, struct tier *below, s
 	if (rc == 0 && !st->ref.lib) {
 		rc = stage_options(b, st, &so);
 		s.options = &so;
-		if (rc == 0 && st->ref.plugin == &tier_posix_plugin)
+		if (rc == 0 && st->ref.plugin == &tier_posix_plugin) {
 			rc = claim_dirs(b, st, &so);
+			b->raw_store = so.layout == LAYOUT_UCM;
+		}
+		if (rc == 0 && st->ref.plugin == &tier_compress_plugin && b->raw_store) {
+			if (so.codec == CODEC_ZSTD)
+				rc = fail(b, st->where, -EINVAL, "the store below has layout=ucm, "
+					  "which keeps raw bytes: compress=zstd is not possible");
+			so.layout = LAYOUT_UCM; /* the encoder stores raw */
+		}
 	}
 	if (rc) {
 		stage_options_free(&so);
@@ -309,6 +318,7 @@ static int pipe_create(struct build *b, struct stage *st, int n, struct tier **o
 	}
 	if (st[0].ref.plugin->kind == TIER_KIND_MEMORY)
 		top = 1;
+	b->raw_store = false;
 	tree_put(b, "pipe(");
 	for (i = 0; i < n; i++)
 		stage_describe(b, &st[i], i == 0);

@@ -49,12 +49,16 @@ static void check_consistent(const struct ucm_options *o)
 	CHECK(o->block_size <= (64ull << 30));
 	CHECK(o->max_block >= o->block_size);
 	CHECK(o->policy == POLICY_CLOCK || o->policy == POLICY_LRU || o->policy == POLICY_FIFO);
-	CHECK(valid_pipeline(o->pipeline));
 	CHECK(o->nstores >= 0 && o->nstores <= UCM_MAX_STORES);
-	if (o->nstores == 0)
-		CHECK(!strcmp(o->pipeline, "cache"));
-	else
-		CHECK(strstr(o->pipeline, "posix") != NULL);
+	if (o->topology) { /* the file says which tiers; it is read when the daemon starts */
+		CHECK(o->topology[0] && !strcmp(o->pipeline, "topology"));
+	} else {
+		CHECK(valid_pipeline(o->pipeline));
+		if (o->nstores == 0)
+			CHECK(!strcmp(o->pipeline, "cache"));
+		else
+			CHECK(strstr(o->pipeline, "posix") != NULL);
+	}
 	for (int i = 0; i < o->nstores; i++)
 		CHECK(o->stores[i] && o->stores[i][0] && !strchr(o->stores[i], ':'));
 	CHECK(o->mountpoint != NULL);
@@ -196,6 +200,7 @@ static void check_apply(const char *opt)
 	}
 	if (rc == 0)
 		CHECK(msg[0] == '\0');
+	options_free(&o);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);

@@ -296,6 +296,10 @@ def test_wrong_files_refused():
             ({'pipe': ['cache', {'tier': '/lib/x86_64-linux-gnu/libz.so.1'}]},
              r'/pipe/1: tier library \S+ has no entry point ucmfs_tier_plugin\(\)',
              'a library that is not a tier'),
+            ({'pipe': ['cache', {'tier': 'compress', 'compress': 'zstd'},
+                       {'tier': 'posix', 'path': m.store, 'layout': 'ucm'}]},
+             r'/pipe/1: the store below has layout=ucm, .* compress=zstd is not possible',
+             'compression over a raw store'),
         ]
         with open(os.path.join(m.tmp, 'text.so'), 'w') as f:
             f.write('not a library\n')
@@ -353,7 +357,24 @@ def test_store_alone_and_shorthand_unchanged():
               'shorthand shows tiers=%r topology=%r' % (kv.get('tiers'), kv.get('topology')))
 
 
+def test_ucm_layout_store_keeps_raw_bytes():
+    """A posix store with layout=ucm under a compress stage that names no codec holds each
+    block as its raw bytes, one file per block."""
+    with Mount() as m:
+        m.unmount()
+        store = os.path.join(m.tmp, 'ucm')
+        m.start('topology=' + topo(m, {'pipe': [
+            'cache', 'compress', {'tier': 'posix', 'path': store, 'layout': 'ucm'}]}))
+        bid, data = rand_id(), pattern(64 * KiB, 3) * 64   # zstd would shrink it 64 times
+        write_file(m.path(bid), data, fsync=True)
+        files = [os.path.join(d, f) for d, _, fs in os.walk(store) for f in fs if f == bid]
+        check(len(files) == 1, 'files of the block in the STORE: %s' % files)
+        with open(files[0], 'rb') as f:
+            same(f.read(), data, 'the STORE file of a layout=ucm store')
+
+
 run([test_ttl_peer_keeps_short_blocks_off_disk, test_short_blocks_expire,
      test_choice_stays_with_the_block, test_size_peer_two_stores,
      test_queries_and_prefetch_span_branches, test_config_and_metrics, test_wrong_files_refused,
-     test_tier_library, test_store_alone_and_shorthand_unchanged])
+     test_tier_library, test_store_alone_and_shorthand_unchanged,
+     test_ucm_layout_store_keeps_raw_bytes])

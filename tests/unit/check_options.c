@@ -256,6 +256,8 @@ START_TEST(test_options_bad_topology)
 	bad_opts("topology", "topology");
 	bad_opts("topology=/t.json,pipeline=cache:posix", "topology");
 	bad_opts("pipeline=posix,topology=/t.json", "pipeline");
+	/* whatever the file says, a raw layout cannot hold compressed blocks */
+	bad_opts("topology=/t.json,layout=ucm,compress=zstd", "layout=ucm");
 }
 END_TEST
 
