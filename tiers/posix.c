@@ -26,6 +26,13 @@
  * through a stage (append_direct); anything else about a reservation (a write out of order,
  * a truncate, a read) flushes the stage and goes on through the page cache.
  *
+ * Durability: a block is durable once its file's bytes and its name are on the disk. Each
+ * commit is numbered (p->commit_seq) after its rename; on a local filesystem one syncfs()
+ * makes every commit numbered before it durable, for every caller waiting on one (sync_upto):
+ * a burst of fsyncs, or of durable commits, costs one journal commit and gives the disk all
+ * their bytes at once. On any other filesystem (a network one, whose syncfs may not reach its
+ * servers) each block is fdatasynced and its directory fsynced.
+ *
  * Reads verify the checksum of the stored bytes before any byte is returned: a whole-block
  * read checks the buffer it filled, any other read first checks the whole file once per
  * handle. A mismatch moves the file to STORE/quarantine/ and fails with -EIO.
@@ -41,8 +48,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/magic.h>
 #include <sys/file.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
 #include <xxhash.h>
@@ -150,6 +159,71 @@ int posix_fsync_dir(const char *path)
 	if (fsync(fd))
 		rc = -errno;
 	close(fd);
+	return rc;
+}
+
+/* --- durability ------------------------------------------------------------------------ */
+
+/* Filesystems whose syncfs() writes every dirty file and directory of it to its disk. */
+static bool syncfs_is_durable(const char *path)
+{
+	struct statfs s;
+
+	if (statfs(path, &s))
+		return false;
+	switch ((unsigned long)s.f_type) {
+	case EXT4_SUPER_MAGIC: /* ext2, ext3 and ext4 alike */
+	case XFS_SUPER_MAGIC:
+	case BTRFS_SUPER_MAGIC:
+	case F2FS_SUPER_MAGIC:
+	case TMPFS_MAGIC:      /* nothing to write; as durable as any of its files */
+		return true;
+	default:
+		return false;
+	}
+}
+
+/*
+ * Make every commit numbered up to seq durable with one syncfs(), shared: a caller that finds
+ * a sync running waits for it, and starts another only if that one began before its commit.
+ * A failed sync fails every caller it covered (-EIO; the kernel reports a writeback error
+ * once, so a sync after it proves nothing about the same bytes).
+ */
+static int sync_upto(struct posix *p, uint64_t seq)
+{
+	int rc = 0;
+
+	pthread_mutex_lock(&p->sync_lock);
+	while (rc == 0 && p->durable_seq < seq) {
+		uint64_t upto, round;
+
+		if (p->syncing) {
+			round = p->sync_round;
+			while (p->sync_round == round)
+				pthread_cond_wait(&p->synced, &p->sync_lock);
+			if (p->last_rc && p->last_upto >= seq)
+				rc = p->last_rc;
+			continue;
+		}
+		p->syncing = true;
+		pthread_mutex_unlock(&p->sync_lock);
+		pthread_mutex_lock(&p->lock);
+		upto = p->commit_seq;
+		pthread_mutex_unlock(&p->lock);
+		rc = syncfs(p->lock_fd) ? -EIO : 0;
+		counter_add(&p->syncs, 1);
+		if (rc)
+			log_err("STORE %s: syncfs: %s", p->root, strerror(errno));
+		pthread_mutex_lock(&p->sync_lock);
+		p->syncing = false;
+		p->sync_round++;
+		p->last_upto = upto;
+		p->last_rc = rc;
+		if (rc == 0 && upto > p->durable_seq)
+			p->durable_seq = upto;
+		pthread_cond_broadcast(&p->synced);
+	}
+	pthread_mutex_unlock(&p->sync_lock);
 	return rc;
 }
 
@@ -1365,7 +1439,7 @@ static int posix_commit(struct tier_handle *th, const struct block_meta *meta, u
 	char path[PATH_MAX], dir[PATH_MAX];
 	struct pentry *e = calloc(1, sizeof(*e));
 	bool durable = p->durable || (flags & TIER_COMMIT_DURABLE);
-	uint64_t stored = meta->size;
+	uint64_t stored = meta->size, seq;
 	uint32_t codec = CODEC_RAW;
 	struct stat st;
 	bool indexable;
@@ -1417,7 +1491,8 @@ static int posix_commit(struct tier_handle *th, const struct block_meta *meta, u
 	}
 	if (rc)
 		goto err_io;
-	if (durable && fdatasync(h->fd)) {
+	/* the bytes before the name: a layout=ucm file has no checksum to tell a torn one */
+	if (durable && (!p->syncfs || p->layout == LAYOUT_UCM) && fdatasync(h->fd)) {
 		rc = -errno;
 		goto err_io;
 	}
@@ -1446,12 +1521,20 @@ static int posix_commit(struct tier_handle *th, const struct block_meta *meta, u
 	/* the rename moved the file's ctime: the index snapshot identifies files by it */
 	if (fstat(h->fd, &st) == 0)
 		e->ctime = timespec_ns(&st.st_ctim);
+	seq = e->seq = ++p->commit_seq;
 	posix_index_put(p, e);
 	pthread_mutex_unlock(&p->lock);
 	h->tmp[0] = '\0';
-	if (durable) {
+	if (durable && p->syncfs) {
+		rc = sync_upto(p, seq);
+	} else if (durable) {
+		counter_add(&p->syncs, 1);
 		shard_path(p, &h->id, dir, sizeof(dir));
-		posix_fsync_dir(dir);
+		rc = posix_fsync_dir(dir) ? -EIO : 0;
+	}
+	if (rc) {
+		free_handle(h);
+		return rc; /* published, not known to be durable: fsync it again */
 	}
 	if (rd && posix_open(&p->tier, &h->id, 0, rd))
 		*rd = NULL; /* published; the caller reopens if it still wants it */
@@ -1600,8 +1683,19 @@ static int posix_sync(struct tier *t, const struct blockid *id)
 {
 	struct posix *p = posix_of(t);
 	char path[PATH_MAX];
+	struct idnode *n;
+	uint64_t seq = 0;
 	int fd, rc = 0;
 
+	if (p->syncfs) {
+		pthread_mutex_lock(&p->lock);
+		n = idmap_find(&p->map, id);
+		if (n) /* found at start: durable once a sync of this daemon has run */
+			seq = PE(n)->seq ? PE(n)->seq : 1;
+		pthread_mutex_unlock(&p->lock);
+		return n ? sync_upto(p, seq) : -ENOENT;
+	}
+	counter_add(&p->syncs, 1);
 	block_path(p, id, path, sizeof(path));
 	fd = open(path, O_RDONLY | O_CLOEXEC);
 	if (fd < 0)
@@ -1711,6 +1805,8 @@ static void posix_destroy(struct tier *t)
 		close(p->lock_fd);
 	pthread_cond_destroy(&p->unlinked);
 	pthread_mutex_destroy(&p->lock);
+	pthread_cond_destroy(&p->synced);
+	pthread_mutex_destroy(&p->sync_lock);
 	free(p->root);
 	free(p->data);
 	free(p);
@@ -1745,6 +1841,9 @@ static void posix_metrics(struct tier *t, struct metrics *m)
 			counter_get(&p->expirations));
 	metrics_counter(m, "ucmfs_tier_evictions_total", "Blocks evicted to make room.", l,
 			counter_get(&p->evictions));
+	metrics_counter(m, "ucmfs_disk_syncs_total", "Flushes that made blocks durable: syncfs "
+			"calls, or per-block fdatasyncs on a network filesystem.", l,
+			counter_get(&p->syncs));
 	metrics_gauge(m, "ucmfs_tier_blocks", "Committed blocks resident in the tier.", l,
 		      (double)u.blocks);
 	metrics_gauge(m, "ucmfs_tier_bytes", "Bytes the tier holds.", l, (double)u.used);
@@ -1894,6 +1993,9 @@ int posix_create(const struct posix_config *cfg, struct tier **out)
 	p->lock_fd = -1;
 	pthread_mutex_init(&p->lock, NULL);
 	pthread_cond_init(&p->unlinked, NULL);
+	pthread_mutex_init(&p->sync_lock, NULL);
+	pthread_cond_init(&p->synced, NULL);
+	p->commit_seq = 1; /* blocks found at start count as commit 1 */
 	idmap_init(&p->map);
 	p->lru.next = p->lru.prev = &p->lru;
 	p->layout = cfg->layout;
@@ -1943,6 +2045,7 @@ int posix_create(const struct posix_config *cfg, struct tier **out)
 	}
 	if (rc == 0)
 		rc = lock_store(p, cfg->lock_wait_s);
+	p->syncfs = syncfs_is_durable(p->data);
 	if (rc == 0)
 		rc = start_io(p, cfg);
 	if (rc == 0)

@@ -32,6 +32,7 @@ struct pentry {
 	struct pentry *prev, *next; /* recency list, coldest first */
 	uint64_t size, stored, phys, ino;
 	int64_t mtime, atime, deadline, ctime; /* atime, ctime: wall; deadline: mono */
+	uint64_t seq;               /* commit number (posix.c, "Durability"); 0: found at start */
 	uint32_t codec;
 	uint32_t opens;             /* read handles on this version: never evicted */
 	bool expired_held;          /* expired, kept for its readers: not counted as a block */
@@ -60,10 +61,20 @@ struct posix {
 	uint64_t pending;        /* room promised to open reservations; protected by lock */
 	uint64_t unlinking;      /* bytes out of the index, not unlinked yet; protected by lock */
 	pthread_cond_t unlinked; /* unlinking fell to 0 */
+	/* durability (posix.c, "Durability") */
+	bool syncfs;             /* a local filesystem: one syncfs() makes every commit durable */
+	uint64_t commit_seq;     /* commits numbered so far; protected by lock */
+	pthread_mutex_t sync_lock;
+	pthread_cond_t synced;   /* a sync finished */
+	bool syncing;            /* protected by sync_lock, as the four below */
+	uint64_t durable_seq;    /* every commit numbered up to it is durable */
+	uint64_t sync_round;     /* syncs finished */
+	uint64_t last_upto;      /* what the last sync covered, and how it ended */
+	int last_rc;
 	atomic_uint_fast64_t quarantined, temp_removed, skipped;
 	atomic_uint_fast64_t from_snapshot; /* blocks the start took from the index snapshot */
 	counter_t hits, misses, bytes_read, bytes_written, expirations, checksum_failures;
-	counter_t evictions;
+	counter_t evictions, syncs;
 };
 
 int posix_fsync_dir(const char *path);

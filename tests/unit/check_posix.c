@@ -17,6 +17,7 @@
 
 #include "src/buf.h"
 #include "src/clock.h"
+#include "src/metrics.h"
 #include "tests/unit/tier_util.h"
 #include "tests/unit/unit.h"
 #include "tiers/io.h"
@@ -724,6 +725,95 @@ START_TEST(test_posix_store_lock)
 }
 END_TEST
 
+/* The value of a counter of the disk tier (labelled by its store), 0 if it is not there. */
+static double counter_of(struct tier *t, const char *name)
+{
+	struct metrics *m;
+	char *text, *at;
+	size_t len, n = strlen(name);
+	double v = 0;
+
+	ck_assert_int_eq(metrics_create(&m), 0);
+	t->ops->metrics(t, m);
+	ck_assert_int_eq(metrics_render(m, &text, &len), 0);
+	for (at = text; (at = strstr(at, name)); at++)
+		if ((at == text || at[-1] == '\n') && at[n] == '{' && strstr(at, "} "))
+			v = strtod(strstr(at, "} ") + 2, NULL);
+	free(text);
+	metrics_free(m);
+	return v;
+}
+
+struct syncer {
+	struct tier *t;
+	int first, n, rc;
+};
+
+static void *sync_blocks(void *arg)
+{
+	struct syncer *a = arg;
+
+	for (int i = a->first; i < a->first + a->n; i++) {
+		struct blockid id = ut_id((uint64_t)i);
+		int rc = a->t->ops->sync(a->t, &id);
+
+		if (rc && !a->rc)
+			a->rc = rc;
+	}
+	return NULL;
+}
+
+/*
+ * fsyncs of many blocks share their flushes: 8 threads syncing 64 blocks committed before
+ * them cost one syncfs between them, a block already durable none, and a block committed
+ * after the last flush (or a durable commit) one more. The store is on a local filesystem.
+ */
+START_TEST(test_posix_syncs_shared)
+{
+	struct store s;
+	struct tier *t = store_open(&s, LAYOUT_NATIVE);
+	struct syncer a[8];
+	pthread_t th[8];
+	struct blockid id, missing = ut_id(1000);
+	double syncs;
+
+	for (int i = 0; i < 64; i++) {
+		id = ut_id((uint64_t)i);
+		ck_assert_int_eq(tu_put(t, &id, (uint64_t)i, 65536 + (uint64_t)i, 0, 0, 0), 0);
+	}
+	syncs = counter_of(t, "ucmfs_disk_syncs_total");
+	for (int k = 0; k < 8; k++) {
+		a[k] = (struct syncer){ .t = t, .first = k * 8, .n = 8 };
+		ck_assert_int_eq(pthread_create(&th[k], NULL, sync_blocks, &a[k]), 0);
+	}
+	for (int k = 0; k < 8; k++) {
+		pthread_join(th[k], NULL);
+		ck_assert_int_eq(a[k].rc, 0);
+	}
+	ck_assert_double_eq(counter_of(t, "ucmfs_disk_syncs_total"), syncs + 1);
+	sync_blocks(&a[0]);
+	ck_assert_double_eq(counter_of(t, "ucmfs_disk_syncs_total"), syncs + 1);
+	ck_assert_int_eq(t->ops->sync(t, &missing), -ENOENT);
+	id = ut_id(64);
+	ck_assert_int_eq(tu_put(t, &id, 64, 4096, 0, 0, 0), 0);
+	ck_assert_int_eq(t->ops->sync(t, &id), 0);
+	ck_assert_double_eq(counter_of(t, "ucmfs_disk_syncs_total"), syncs + 2);
+	id = ut_id(65);
+	ck_assert_int_eq(tu_put(t, &id, 65, 4096, 0, TIER_COMMIT_DURABLE, 0), 0);
+	ck_assert_double_eq(counter_of(t, "ucmfs_disk_syncs_total"), syncs + 3);
+	ck_assert_int_eq(t->ops->sync(t, &id), 0);
+	ck_assert_double_eq(counter_of(t, "ucmfs_disk_syncs_total"), syncs + 3);
+	/* blocks found at start are made durable by this daemon's first flush */
+	t = store_reopen(&s);
+	syncs = counter_of(t, "ucmfs_disk_syncs_total");
+	a[3].t = t;
+	sync_blocks(&a[3]);
+	ck_assert_int_eq(a[3].rc, 0);
+	ck_assert_double_eq(counter_of(t, "ucmfs_disk_syncs_total"), syncs + 1);
+	store_close(&s);
+}
+END_TEST
+
 START_TEST(test_posix_creates_store)
 {
 	char dir[PATH_MAX], store[PATH_MAX];
@@ -1324,6 +1414,7 @@ Suite *posix_suite(void)
 	tcase_add_test(core, test_posix_layout_ucm_reads_ucm_store);
 	tcase_add_test(core, test_posix_store_lock);
 	tcase_add_test(core, test_posix_creates_store);
+	tcase_add_test(core, test_posix_syncs_shared);
 	tcase_add_test(core, test_posix_capacity_evicts_coldest);
 	tcase_add_test(core, test_posix_capacity_touch_keeps_hot);
 	tcase_add_test(core, test_posix_capacity_expired_first);
