@@ -246,6 +246,30 @@ static void *reserve_range(size_t len)
 	return (void *)a;
 }
 
+/*
+ * Give a buffer file its pages now, touched: pwrite() of zeros. fallocate() would allocate
+ * them without a touch, and tmpfs zeroes such a page at its first fault, which on a virtual
+ * machine is the slow first touch (docs/BENCHMARKS.md "Fresh memory"): the writer of the
+ * block paid it. pwrite takes no lock of the address space (MADV_POPULATE_WRITE would hold
+ * mmap_lock for the whole buffer, and every mmap, munmap and page fault of the daemon's other
+ * threads would wait for it: a cold read took 220 ms while the prefaulter ran). Its source is
+ * never written, so it reads the kernel's zero page. 0 or -1.
+ */
+static int file_populate(int fd, size_t len)
+{
+	static char zeros[1u << 20];
+
+	for (size_t off = 0; off < len;) {
+		size_t n = len - off < sizeof(zeros) ? len - off : sizeof(zeros);
+		ssize_t w = pwrite(fd, zeros, n, (off_t)off);
+
+		if (w <= 0)
+			return -1;
+		off += (size_t)w;
+	}
+	return 0;
+}
+
 static void *file_alloc(size_t len, bool populate)
 {
 	char name[32];
@@ -260,13 +284,8 @@ static void *file_alloc(size_t len, bool populate)
 		munmap(a, len);
 		return NULL;
 	}
-	/* populate: the file's pages are allocated (and zeroed) by fallocate, which takes no
-	 * lock of the address space; MADV_POPULATE_WRITE would hold mmap_lock for the whole
-	 * buffer, and every mmap, munmap and page fault of the daemon's other threads would
-	 * wait for it (a cold read took 220 ms while the prefaulter ran). Mapping the allocated
-	 * pages later costs a minor fault per 2 MiB. */
-	if (ftruncate(fd, (off_t)len) || (populate && fallocate(fd, 0, 0, (off_t)len) &&
-					  errno != EOPNOTSUPP))
+	/* populated, mapping its pages later costs a minor fault per 2 MiB */
+	if (ftruncate(fd, (off_t)len) || (populate && file_populate(fd, len)))
 		p = MAP_FAILED;
 	else
 		p = mmap(a, len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd, 0);
