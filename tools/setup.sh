@@ -188,7 +188,7 @@ cmd_test() {
 	run_suites build-tsan \
 		--timeout-multiplier 4 cache cache_model pipeline compress buf tier_cache tier_pipeline \
 		tier_pipeline_tight tier_built tier_built_tight tier_built_stripe io tier_built_aio peer \
-		tier_peer
+		tier_peer posix
 	say "tests: build-fuzz/ (libFuzzer, ${UCM_FUZZ_SECONDS:-20} s per target after its corpus)"
 	run_suites build-fuzz --no-rebuild --suite fuzz
 	[ "$skipped" -eq 0 ] || say "$skipped skipped"
