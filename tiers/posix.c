@@ -210,10 +210,11 @@ static int sync_upto(struct posix *p, uint64_t seq)
 		pthread_mutex_lock(&p->lock);
 		upto = p->commit_seq;
 		pthread_mutex_unlock(&p->lock);
-		rc = syncfs(p->lock_fd) ? -EIO : 0;
+		rc = syncfs(p->lock_fd) ? -errno : 0;
 		counter_add(&p->syncs, 1);
 		if (rc)
-			log_err("STORE %s: syncfs: %s", p->root, strerror(errno));
+			log_err("STORE %s: syncfs: %s", p->root, strerror(-rc));
+		rc = rc ? -EIO : 0;
 		pthread_mutex_lock(&p->sync_lock);
 		p->syncing = false;
 		p->sync_round++;
@@ -1533,6 +1534,8 @@ static int posix_commit(struct tier_handle *th, const struct block_meta *meta, u
 		rc = posix_fsync_dir(dir) ? -EIO : 0;
 	}
 	if (rc) {
+		if (rd)
+			*rd = NULL;
 		free_handle(h);
 		return rc; /* published, not known to be durable: fsync it again */
 	}
