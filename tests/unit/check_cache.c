@@ -15,7 +15,6 @@
 
 #include "src/buf.h"
 #include "src/clock.h"
-#include "src/metrics.h"
 #include "tests/unit/tier_util.h"
 #include "tests/unit/unit.h"
 #include "tiers/cache.h"
@@ -650,25 +649,6 @@ START_TEST(test_cache_truncate_grows_with_zeros)
 }
 END_TEST
 
-/* The value of a counter of the cache's metrics (0 if it is not there). */
-static double metric(struct tier *t, const char *name)
-{
-	struct metrics *m;
-	char *text, *at;
-	size_t len;
-	double v = 0;
-
-	ck_assert_int_eq(metrics_create(&m), 0);
-	t->ops->metrics(t, m);
-	ck_assert_int_eq(metrics_render(m, &text, &len), 0);
-	for (at = text; (at = strstr(at, name)); at++)
-		if ((at == text || at[-1] == '\n') && at[strlen(name)] == ' ')
-			v = strtod(at + strlen(name) + 1, NULL);
-	free(text);
-	metrics_free(m);
-	return v;
-}
-
 /*
  * A block written into a full cache takes over the buffer of the block evicted for it (no
  * fresh memory to fault in), and none of that block's bytes shows through: a hole reads as
@@ -689,14 +669,14 @@ START_TEST(test_cache_evicted_buffer_reused)
 	old = tier_data(h);
 	tier_close(h);
 	ck_assert_int_eq(t->ops->touch(t, &b), 0); /* a is the coldest */
-	ck_assert_double_eq(metric(t, "ucmfs_mem_buffers_reused_total"), 0);
+	ck_assert_double_eq(tu_metric(t, "ucmfs_mem_buffers_reused_total"), 0);
 
 	ck_assert_int_eq(t->ops->reserve(t, &c, 0, size, &h), 0);
 	ck_assert_msg(!present(t, 0), "no block was evicted for the third one");
 	ck_assert_int_eq(tu_write(h, &c, 3, 0, 1000), 1000);
 	ck_assert_int_eq(tu_write(h, &c, 3, size - 1000, 1000), 1000);
 	ck_assert_int_eq(t->ops->commit(h, &m, 0, NULL), 0);
-	ck_assert_double_eq(metric(t, "ucmfs_mem_buffers_reused_total"), 1);
+	ck_assert_double_eq(tu_metric(t, "ucmfs_mem_buffers_reused_total"), 1);
 	ck_assert_uint_eq(usage(t).used, 2 * size);
 
 	ck_assert_int_eq(t->ops->open(t, &c, 0, &h), 0);
@@ -804,13 +784,13 @@ START_TEST(test_cache_exposed_buffer_never_reused)
 	ck_assert_msg(!present(t, 0), "no block was evicted for the third one");
 	ck_assert_int_eq(tu_write(h, &c, 3, 0, size), (ssize_t)size);
 	ck_assert_int_eq(t->ops->commit(h, &m, 0, NULL), 0);
-	ck_assert_double_eq(metric(t, "ucmfs_mem_buffers_reused_total"), 0);
+	ck_assert_double_eq(tu_metric(t, "ucmfs_mem_buffers_reused_total"), 0);
 	ck_assert_int_eq(t->ops->open(t, &c, 0, &h), 0);
 	ck_assert_msg(tier_data(h) != old || ut_diff(&a, 1, map, size, 0) == -1,
 		      "the evicted block's file was written by the next reservation");
 	tier_close(h);
 	ck_assert_int_eq(ut_diff(&a, 1, map, size, 0), -1);
-	ck_assert_double_eq(metric(t, "ucmfs_mem_buffers_reclaimed_total"), 0);
+	ck_assert_double_eq(tu_metric(t, "ucmfs_mem_buffers_reclaimed_total"), 0);
 	munmap(map, size);
 	tu_expect(t, &c, 3, size);
 	tier_destroy(t);
@@ -838,11 +818,11 @@ START_TEST(test_cache_exposed_buffer_reclaimed)
 	ck_assert_int_eq(ut_diff(&a, 1, map, size, 0), -1);
 	munmap(map, size);
 	ck_assert_int_eq(t->ops->remove(t, &a), 0);
-	ck_assert_double_eq(metric(t, "ucmfs_mem_buffers_reclaimed_total"), 1);
+	ck_assert_double_eq(tu_metric(t, "ucmfs_mem_buffers_reclaimed_total"), 1);
 	ck_assert_int_eq(t->ops->reserve(t, &c, 0, size, &h), 0);
 	ck_assert_int_eq(tu_write(h, &c, 3, 0, size), (ssize_t)size);
 	ck_assert_int_eq(t->ops->commit(h, &m, 0, NULL), 0);
-	ck_assert_double_eq(metric(t, "ucmfs_mem_buffers_reused_total"), 1);
+	ck_assert_double_eq(tu_metric(t, "ucmfs_mem_buffers_reused_total"), 1);
 	/* and its file can be handed out again, whole */
 	map = map_block(t, &c, size, &data);
 	ck_assert_ptr_eq(data, old);
@@ -856,10 +836,10 @@ END_TEST
 
 static void wait_metric(struct tier *t, const char *name, double at_least)
 {
-	for (int i = 0; i < 2000 && metric(t, name) < at_least; i++)
+	for (int i = 0; i < 2000 && tu_metric(t, name) < at_least; i++)
 		ut_sleep_ms(5);
-	ck_assert_msg(metric(t, name) >= at_least, "%s stayed at %.0f, below %.0f", name,
-		      metric(t, name), at_least);
+	ck_assert_msg(tu_metric(t, name) >= at_least, "%s stayed at %.0f, below %.0f", name,
+		      tu_metric(t, name), at_least);
 }
 
 /*
@@ -887,7 +867,7 @@ START_TEST(test_cache_prefault_fills_pool)
 	ck_assert_int_eq(t->ops->reserve(t, &a, TIER_RESERVE_OVERWRITE, size, &h), 0);
 	ck_assert_int_eq(tu_write(h, &a, 1, 0, size), (ssize_t)size);
 	ck_assert_int_eq(t->ops->commit(h, &m, 0, NULL), 0);
-	ck_assert_double_ge(metric(t, "ucmfs_mem_buffers_reused_total"), 1);
+	ck_assert_double_ge(tu_metric(t, "ucmfs_mem_buffers_reused_total"), 1);
 	tu_expect(t, &a, 1, size);
 	/* another size: the pool gives its memory up for it */
 	ck_assert_int_eq(tu_put(t, &c, 3, 3 * size + 5, 0, 0, 0), 0);

@@ -17,7 +17,6 @@
 
 #include "src/buf.h"
 #include "src/clock.h"
-#include "src/metrics.h"
 #include "tests/unit/tier_util.h"
 #include "tests/unit/unit.h"
 #include "tiers/io.h"
@@ -725,25 +724,6 @@ START_TEST(test_posix_store_lock)
 }
 END_TEST
 
-/* The value of a counter of the disk tier (labelled by its store), 0 if it is not there. */
-static double counter_of(struct tier *t, const char *name)
-{
-	struct metrics *m;
-	char *text, *at;
-	size_t len, n = strlen(name);
-	double v = 0;
-
-	ck_assert_int_eq(metrics_create(&m), 0);
-	t->ops->metrics(t, m);
-	ck_assert_int_eq(metrics_render(m, &text, &len), 0);
-	for (at = text; (at = strstr(at, name)); at++)
-		if ((at == text || at[-1] == '\n') && at[n] == '{' && strstr(at, "} "))
-			v = strtod(strstr(at, "} ") + 2, NULL);
-	free(text);
-	metrics_free(m);
-	return v;
-}
-
 struct syncer {
 	struct tier *t;
 	int first, n, rc;
@@ -781,7 +761,7 @@ START_TEST(test_posix_syncs_shared)
 		id = ut_id((uint64_t)i);
 		ck_assert_int_eq(tu_put(t, &id, (uint64_t)i, 65536 + (uint64_t)i, 0, 0, 0), 0);
 	}
-	syncs = counter_of(t, "ucmfs_disk_syncs_total");
+	syncs = tu_metric(t, "ucmfs_disk_syncs_total");
 	for (int k = 0; k < 8; k++) {
 		a[k] = (struct syncer){ .t = t, .first = k * 8, .n = 8 };
 		ck_assert_int_eq(pthread_create(&th[k], NULL, sync_blocks, &a[k]), 0);
@@ -790,26 +770,26 @@ START_TEST(test_posix_syncs_shared)
 		pthread_join(th[k], NULL);
 		ck_assert_int_eq(a[k].rc, 0);
 	}
-	ck_assert_double_eq(counter_of(t, "ucmfs_disk_syncs_total"), syncs + 1);
+	ck_assert_double_eq(tu_metric(t, "ucmfs_disk_syncs_total"), syncs + 1);
 	sync_blocks(&a[0]);
-	ck_assert_double_eq(counter_of(t, "ucmfs_disk_syncs_total"), syncs + 1);
+	ck_assert_double_eq(tu_metric(t, "ucmfs_disk_syncs_total"), syncs + 1);
 	ck_assert_int_eq(t->ops->sync(t, &missing), -ENOENT);
 	id = ut_id(64);
 	ck_assert_int_eq(tu_put(t, &id, 64, 4096, 0, 0, 0), 0);
 	ck_assert_int_eq(t->ops->sync(t, &id), 0);
-	ck_assert_double_eq(counter_of(t, "ucmfs_disk_syncs_total"), syncs + 2);
+	ck_assert_double_eq(tu_metric(t, "ucmfs_disk_syncs_total"), syncs + 2);
 	id = ut_id(65);
 	ck_assert_int_eq(tu_put(t, &id, 65, 4096, 0, TIER_COMMIT_DURABLE, 0), 0);
-	ck_assert_double_eq(counter_of(t, "ucmfs_disk_syncs_total"), syncs + 3);
+	ck_assert_double_eq(tu_metric(t, "ucmfs_disk_syncs_total"), syncs + 3);
 	ck_assert_int_eq(t->ops->sync(t, &id), 0);
-	ck_assert_double_eq(counter_of(t, "ucmfs_disk_syncs_total"), syncs + 3);
+	ck_assert_double_eq(tu_metric(t, "ucmfs_disk_syncs_total"), syncs + 3);
 	/* blocks found at start are made durable by this daemon's first flush */
 	t = store_reopen(&s);
-	syncs = counter_of(t, "ucmfs_disk_syncs_total");
+	syncs = tu_metric(t, "ucmfs_disk_syncs_total");
 	a[3].t = t;
 	sync_blocks(&a[3]);
 	ck_assert_int_eq(a[3].rc, 0);
-	ck_assert_double_eq(counter_of(t, "ucmfs_disk_syncs_total"), syncs + 1);
+	ck_assert_double_eq(tu_metric(t, "ucmfs_disk_syncs_total"), syncs + 1);
 	store_close(&s);
 }
 END_TEST

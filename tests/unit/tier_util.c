@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "src/clock.h"
+#include "src/metrics.h"
 #include "src/units.h"
 #include "tests/unit/unit.h"
 #include "tiers/cache.h"
@@ -337,4 +338,29 @@ void tu_hostname(char *out, size_t len)
 	for (char *c = out; *c; c++)
 		if (*c == '.' || *c == '/')
 			*c = '_';
+}
+
+double tu_metric(struct tier *t, const char *name)
+{
+	struct metrics *m;
+	char *text, *at;
+	size_t len, n = strlen(name);
+	double v = 0;
+
+	ck_assert_int_eq(metrics_create(&m), 0);
+	t->ops->metrics(t, m);
+	ck_assert_int_eq(metrics_render(m, &text, &len), 0);
+	for (at = text; (at = strstr(at, name)); at++) {
+		char *val = at + n; /* "name value" or "name{labels} value" */
+
+		if (at != text && at[-1] != '\n')
+			continue;
+		if (*val == '{')
+			val = strstr(val, "} ") ? strstr(val, "} ") + 1 : NULL;
+		if (val && *val == ' ')
+			v = strtod(val + 1, NULL);
+	}
+	free(text);
+	metrics_free(m);
+	return v;
 }

@@ -53,6 +53,10 @@ struct blockid *tu_list(struct tier *t, unsigned shard, size_t *n);
 /* Let background work finish (drain op, if any). */
 void tu_settle(struct tier *t);
 
+/* The value of the sample `name` (with or without labels) of t's metrics; 0 if it has none.
+ * For families with one sample per tier. */
+double tu_metric(struct tier *t, const char *name);
+
 /* --- building tiers ---------------------------------------------------------------------- */
 
 struct tier *tu_cache(uint64_t capacity, unsigned dirty_wait_ms); /* LRU */
