@@ -23,7 +23,7 @@ static const char usage[] =
 	"  -o mem_size=SIZE, mem_prefault=SIZE|N%, disk_size=SIZE, block_size=SIZE,\n"
 	"     max_block=SIZE, policy=clock|lru|fifo, pipeline=cache:compress:posix,\n"
 	"     compress=none|zstd[:LEVEL], shuffle=auto|none|2|4, io=aio|psync, io_depth=N,\n"
-	"     io_timeout=DUR, ttl=DUR, durable, layout=native|ucm, readahead=SIZE,\n"
+	"     io_timeout=DUR, ttl=DUR, durable, shared[=DUR], layout=native|ucm, readahead=SIZE,\n"
 	"     passthrough=auto|on|off, log_level=err|warn|info|debug, topology=FILE, and the\n"
 	"     standard FUSE mount options (allow_other, fsname=, ...)\n"
 	"See ucmfs(8).\n";
@@ -41,6 +41,7 @@ void options_defaults(struct ucm_options *o)
 	o->io_timeout_ms = 30000;
 	o->readahead = 1ULL << 20;
 	o->ttl_ms = TTL_NONE;
+	o->shared_ms = -1;
 	o->layout = LAYOUT_NATIVE;
 	o->log_level = LOG_LVL_INFO;
 }
@@ -275,6 +276,16 @@ int options_apply(struct ucm_options *o, const char *opt, char *msg, size_t len)
 		o->durable = true;
 		return 0;
 	}
+	if (!strcmp(key, "shared")) {
+		int64_t ms = SHARED_CHECK_MS;
+
+		if (val && (parse_duration_ms(val, &ms) || ms == TTL_NONE || ms > 3600000))
+			return bad(msg, len,
+				   "option '%s': '%s' is not a duration from 0 to 1h (0, 500ms, 2s)",
+				   key, val);
+		o->shared_ms = ms;
+		return 0;
+	}
 	if (!strcmp(key, "layout")) {
 		rc = opt_word(key, val, layouts, 2, msg, len);
 		return rc < 0 ? rc : (o->layout = (enum ucm_layout)rc, 0);
@@ -398,6 +409,10 @@ void options_derive(struct ucm_options *o)
 
 static int check_combination(struct ucm_options *o, char *msg, size_t len)
 {
+	if (o->shared_ms >= 0 && !o->nstores) {
+		snprintf(msg, len, "shared: there is no STORE to share (STORE is 'none')");
+		return -EINVAL;
+	}
 	if (o->layout == LAYOUT_UCM && o->codec == CODEC_ZSTD) {
 		snprintf(msg, len, "layout=ucm stores raw bytes: compress=zstd is not possible");
 		return -EINVAL;
@@ -500,7 +515,7 @@ size_t options_format(const struct ucm_options *o, char *buf, size_t len)
 	static const char *const policies[] = { "clock", "lru", "fifo" };
 	static const char *const pts[] = { "auto", "on", "off" };
 	char mem[32], disk[32], bs[32], mb[32], ra[32], store[4096] = "", ttl[32], codec[32];
-	char shuf[8], pf[32];
+	char shuf[8], pf[32], shared[32];
 	size_t n;
 
 	for (int i = 0; i < o->nstores; i++) {
@@ -513,6 +528,10 @@ size_t options_format(const struct ucm_options *o, char *buf, size_t len)
 	format_size(o->block_size, bs, sizeof(bs));
 	format_size(o->max_block, mb, sizeof(mb));
 	format_size(o->readahead, ra, sizeof(ra));
+	if (o->shared_ms < 0)
+		snprintf(shared, sizeof(shared), "off");
+	else
+		snprintf(shared, sizeof(shared), "%lldms", (long long)o->shared_ms);
 	if (o->ttl_ms == TTL_NONE)
 		snprintf(ttl, sizeof(ttl), "none");
 	else
@@ -535,13 +554,13 @@ size_t options_format(const struct ucm_options *o, char *buf, size_t len)
 			     "store=%s\nmountpoint=%s\ntopology=%s\nmem_size=%s\nmem_prefault=%s\ndisk_size=%s\n"
 			     "block_size=%s\n"
 			     "max_block=%s\npolicy=%s\npipeline=%s\ncompress=%s\nshuffle=%s\n"
-			     "io=%s\nio_depth=%u\nio_timeout=%lldms\nttl=%s\ndurable=%d\nlayout=%s\n"
+			     "io=%s\nio_depth=%u\nio_timeout=%lldms\nttl=%s\ndurable=%d\nshared=%s\nlayout=%s\n"
 			     "readahead=%s\npassthrough=%s\nlog_level=%s\n",
 			     o->nstores ? store : "none", o->mountpoint ? o->mountpoint : "",
 			     o->topology ? o->topology : "none", mem, pf,
 			     disk, o->block_size ? bs : "unset", mb, policies[o->policy],
 			     o->pipeline, codec, shuf, o->io == IO_AIO ? "aio" : "psync",
-			     o->io_depth, (long long)o->io_timeout_ms, ttl, o->durable ? 1 : 0,
+			     o->io_depth, (long long)o->io_timeout_ms, ttl, o->durable ? 1 : 0, shared,
 			     o->layout == LAYOUT_NATIVE ? "native" : "ucm", ra, pts[o->passthrough],
 			     log_levels[o->log_level]);
 	return n < len ? n : len - 1;

@@ -17,6 +17,7 @@ enum ucm_passthrough { PT_AUTO, PT_ON, PT_OFF };
 
 #define UCM_MAX_STORES 16
 #define UCM_MAX_TIERS 4
+#define SHARED_CHECK_MS 1000 /* shared: how old a host's knowledge of a block may be */
 
 struct ucm_options {
 	/* STORE split at ':'; nstores == 0 means "none" (memory only). */
@@ -44,6 +45,9 @@ struct ucm_options {
 	uint64_t readahead;  /* the kernel's read-ahead window of the mount; 0 = its default */
 	int64_t ttl_ms;      /* default TTL of new blocks; TTL_NONE = none */
 	bool durable;
+	/* shared: the STORE is shared with other hosts; how old a host's knowledge of a block
+	 * may be before it asks the store again (ms); -1 = the STORE is private */
+	int64_t shared_ms;
 	enum ucm_layout layout;
 	enum ucm_passthrough passthrough; /* kernel reads of blocks in memory without the daemon */
 

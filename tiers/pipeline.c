@@ -27,6 +27,14 @@
  * still the one it read, each under the id's stripe. The stripe is held across a rename, never
  * across the bulk of a transfer.
  *
+ * A shared store (-o shared). Other hosts replace and remove blocks below without this host
+ * knowing. A clean copy in memory (the bytes below, by commit time: the mtime of a version
+ * goes down with its dump and up with its load) is therefore compared with the version below
+ * before it answers a lookup, an open or a query (drop_stale()); the tier below looks at the
+ * shared store itself once what it knows is older than shared= (tiers/posix_shared.c). A copy
+ * whose version is no longer below leaves memory (its open readers keep it, whole) and the
+ * caller goes on as on a miss. A dirty copy is this host's newer version on its way down.
+ *
  * Locks and order: p->lock (sessions map) -> session lock -> stripe -> tier locks.
  * p->lock is never held across a tier call that can wait. Worker threads own dump jobs.
  */
@@ -73,12 +81,36 @@ static int64_t deadline_from_ttl(int64_t ttl_ms)
 
 /* --- lookup ------------------------------------------------------------------------------ */
 
+/* A shared store: forget the clean copy of id in memory if another host replaced or removed
+ * its version below (see the top of this file). */
+static void drop_stale(struct pipeline *p, const struct blockid *id)
+{
+	struct block_attr a, b;
+	pthread_mutex_t *st;
+
+	if (!p->shared || !p->cache || !p->below ||
+	    p->cache->ops->lookup(p->cache, id, &a) || a.dirty)
+		return;
+	/* outside the stripe: this may ask the shared store */
+	if (p->below->ops->lookup(p->below, id, &b) == 0 && b.mtime == a.mtime)
+		return;
+	st = stripe_of(p, id);
+	pthread_mutex_lock(st);
+	/* under the stripe no commit, dump or load of id lands in between */
+	if (p->cache->ops->lookup(p->cache, id, &a) == 0 && !a.dirty &&
+	    (p->below->ops->lookup(p->below, id, &b) || b.mtime != a.mtime) &&
+	    p->cache->ops->remove(p->cache, id) == 0)
+		counter_add(&p->stale_dropped, 1);
+	pthread_mutex_unlock(st);
+}
+
 static int pipe_lookup(struct tier *t, const struct blockid *id, struct block_attr *attr)
 {
 	struct pipeline *p = pipe_of(t);
 	struct block_attr a, b;
 	int rc = -ENOENT;
 
+	drop_stale(p, id);
 	if (p->cache)
 		rc = p->cache->ops->lookup(p->cache, id, &a);
 	if (rc == 0) {
@@ -100,6 +132,12 @@ static void pipe_present(struct tier *t, const struct blockid *ids, size_t n, ui
 {
 	struct pipeline *p = pipe_of(t);
 
+	if (p->shared) { /* each id checked against the shared store */
+		for (size_t i = 0; i < n; i++)
+			if (!hit[i])
+				hit[i] = pipe_lookup(t, &ids[i], NULL) == 0;
+		return;
+	}
 	if (p->cache)
 		p->cache->ops->present(p->cache, ids, n, hit);
 	if (p->below)
@@ -128,6 +166,7 @@ static int pipe_open(struct tier *t, const struct blockid *id, unsigned flags,
 
 	if (!h)
 		return -ENOMEM;
+	drop_stale(p, id);
 	for (int attempt = 0; attempt < 8; attempt++) {
 		if (p->cache)
 			rc = p->cache->ops->open(p->cache, id, flags, &h->in);
@@ -810,10 +849,20 @@ static int merge_add(const struct blockid *id, void *arg)
 static int pipe_list_shard(struct tier *t, unsigned shard, tier_list_fn fn, void *arg)
 {
 	struct pipeline *p = pipe_of(t);
-	struct idvec m = { 0 };
+	struct idvec m = { 0 }, c = { 0 };
 
-	if (p->cache)
+	if (p->cache && p->shared) {
+		/* only copies whose version the shared store still has, or newer ones */
+		p->cache->ops->list_shard(p->cache, shard, merge_add, &c);
+		for (size_t i = 0; i < c.n; i++) {
+			drop_stale(p, &c.v[i]);
+			if (p->cache->ops->lookup(p->cache, &c.v[i], NULL) == 0)
+				merge_add(&c.v[i], &m);
+		}
+		idvec_free(&c);
+	} else if (p->cache) {
 		p->cache->ops->list_shard(p->cache, shard, merge_add, &m);
+	}
 	if (p->below)
 		p->below->ops->list_shard(p->below, shard, merge_add, &m);
 	blockid_sort(m.v, m.n);
@@ -903,6 +952,11 @@ static void pipe_metrics(struct tier *t, struct metrics *m)
 		      (double)c.reads_waiting);
 	metrics_counter(m, "ucmfs_tier_bytes_out_total", "Bytes read from the tier.",
 			"tier=\"mem\"", counter_get(&p->mem_bytes_out));
+	if (p->shared)
+		metrics_counter(m, "ucmfs_mem_stale_dropped_total",
+				"Blocks dropped from memory because another host of the shared "
+				"STORE replaced or removed them.", "",
+				counter_get(&p->stale_dropped));
 	metrics_histogram(m, "ucmfs_load_seconds", "Time to load a block from disk into memory.",
 			  "", &p->load_hist);
 	metrics_histogram(m, "ucmfs_dump_seconds", "Time to write a block from memory to disk.",
@@ -981,6 +1035,7 @@ int pipeline_create(const struct pipeline_config *cfg, struct tier **out)
 	p->limit = cfg->block_size ? cfg->block_size : cfg->max_block;
 	p->default_ttl_ms = cfg->default_ttl_ms;
 	p->durable = cfg->durable;
+	p->shared = cfg->shared;
 	p->nthreads = cfg->dump_threads < 1 ? 1
 		      : cfg->dump_threads > MAX_WORKERS ? MAX_WORKERS : cfg->dump_threads;
 	pthread_mutex_init(&p->lock, NULL);

@@ -17,6 +17,7 @@ struct pipeline_config {
 	uint64_t max_block;
 	int64_t default_ttl_ms;  /* TTL_NONE = none */
 	bool durable;            /* every commit durable */
+	bool shared;             /* other hosts share the store below (-o shared) */
 	unsigned dump_threads;
 };
 

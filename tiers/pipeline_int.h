@@ -40,6 +40,7 @@ struct pipeline {
 	uint64_t block_size;
 	int64_t default_ttl_ms;
 	bool durable;
+	bool shared;                 /* other hosts change the store below: drop_stale() */
 
 	pthread_mutex_t lock;
 	struct idmap sessions;       /* write sessions; protected by lock */
@@ -84,6 +85,7 @@ struct pipeline {
 	atomic_uint_fast64_t dump_yields; /* loads a worker ran between the pieces of a dump */
 	atomic_uint reads_waiting;   /* reads waiting for pieces of a load */
 	counter_t mem_bytes_out;     /* bytes readers got from memory */
+	counter_t stale_dropped;     /* shared: copies in memory another host replaced/removed */
 	struct histogram load_hist, dump_hist;
 	_Atomic int64_t last_commit; /* see commit_time() */
 };

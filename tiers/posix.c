@@ -134,7 +134,7 @@ static uint64_t payload_off(const struct posix *p)
 	return p->layout == LAYOUT_NATIVE ? DISK_HEADER_SIZE : 0;
 }
 
-static void block_path(const struct posix *p, const struct blockid *id, char *out, size_t len)
+void posix_block_path(const struct posix *p, const struct blockid *id, char *out, size_t len)
 {
 	char hex[BLOCKID_HEX_LEN + 1];
 
@@ -142,7 +142,7 @@ static void block_path(const struct posix *p, const struct blockid *id, char *ou
 	snprintf(out, len, "%s/%.3s/%s", p->data, hex, hex);
 }
 
-static void shard_path(const struct posix *p, const struct blockid *id, char *out, size_t len)
+void posix_shard_path(const struct posix *p, const struct blockid *id, char *out, size_t len)
 {
 	char hex[BLOCKID_HEX_LEN + 1];
 
@@ -279,7 +279,7 @@ void posix_index_put(struct posix *p, struct pentry *e)
 }
 
 /* Remove the entry of id if its inode is ino (any inode if ino == 0). p->lock held. */
-static bool index_drop(struct posix *p, const struct blockid *id, uint64_t ino)
+bool posix_index_drop(struct posix *p, const struct blockid *id, uint64_t ino)
 {
 	struct idnode *n = idmap_find(&p->map, id);
 
@@ -303,7 +303,7 @@ static void unlink_blocks(struct posix *p, const struct blockid *ids, int n, uin
 	for (int i = 0; i < n; i++) {
 		char path[PATH_MAX];
 
-		block_path(p, &ids[i], path, sizeof(path));
+		posix_block_path(p, &ids[i], path, sizeof(path));
 		pthread_mutex_lock(&p->lock);
 		if (!idmap_find(&p->map, &ids[i]) && unlink(path) && errno != ENOENT)
 			log_warn("cannot remove %s: %s", path, strerror(errno));
@@ -458,7 +458,7 @@ void posix_quarantine(struct posix *p, const char *path, const struct blockid *i
 	}
 	if (id) {
 		pthread_mutex_lock(&p->lock);
-		index_drop(p, id, ino);
+		posix_index_drop(p, id, ino);
 		pthread_mutex_unlock(&p->lock);
 	}
 	if (!moved) {
@@ -484,13 +484,13 @@ static void forget_stale(struct posix *p, const char *path, const struct blockid
 	if (!lstat(path, &st) && st.st_ino == ino)
 		return;
 	pthread_mutex_lock(&p->lock);
-	index_drop(p, id, ino);
+	posix_index_drop(p, id, ino);
 	pthread_mutex_unlock(&p->lock);
 }
 
 /* --- reading ----------------------------------------------------------------------------- */
 
-static void fill_attr_from_entry(const struct pentry *e, struct block_attr *a)
+void posix_fill_attr(const struct pentry *e, struct block_attr *a)
 {
 	memset(a, 0, sizeof(*a));
 	a->size = e->size;
@@ -506,18 +506,21 @@ static void fill_attr_from_entry(const struct pentry *e, struct block_attr *a)
 static int posix_lookup(struct tier *t, const struct blockid *id, struct block_attr *attr)
 {
 	struct posix *p = posix_of(t);
+	bool ask = p->shared_ns >= 0; /* a shared STORE: unless the entry is recent enough */
 	struct idnode *n;
 	int rc = -ENOENT;
 
 	pthread_mutex_lock(&p->lock);
 	n = idmap_find(&p->map, id);
-	if (n && !is_expired(PE(n)->deadline, mono_ns())) {
+	if (n && ask && mono_ns() - PE(n)->checked <= p->shared_ns)
+		ask = false;
+	if (!ask && n && !is_expired(PE(n)->deadline, mono_ns())) {
 		if (attr)
-			fill_attr_from_entry(PE(n), attr);
+			posix_fill_attr(PE(n), attr);
 		rc = 0;
 	}
 	pthread_mutex_unlock(&p->lock);
-	return rc;
+	return ask ? posix_shared_lookup(p, id, attr) : rc;
 }
 
 static void posix_present(struct tier *t, const struct blockid *ids, size_t n, uint8_t *hit)
@@ -525,6 +528,12 @@ static void posix_present(struct tier *t, const struct blockid *ids, size_t n, u
 	struct posix *p = posix_of(t);
 	int64_t now = mono_ns();
 
+	if (p->shared_ns >= 0) {
+		for (size_t i = 0; i < n; i++)
+			if (!hit[i])
+				hit[i] = posix_lookup(t, &ids[i], NULL) == 0;
+		return;
+	}
 	pthread_mutex_lock(&p->lock);
 	for (size_t i = 0; i < n; i++) {
 		struct idnode *x;
@@ -635,7 +644,7 @@ static int posix_open(struct tier *t, const struct blockid *id, unsigned flags,
 	h = new_handle(p, id);
 	if (!h)
 		return -ENOMEM;
-	block_path(p, id, path, sizeof(path));
+	posix_block_path(p, id, path, sizeof(path));
 	/* O_NONBLOCK: a FIFO put in place of a block file must not park this thread */
 	h->direct = io_engine_direct(p->io);
 	h->fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK | (h->direct ? O_DIRECT : 0));
@@ -752,7 +761,7 @@ out:
 	if (rc == -EIO) {
 		char path[PATH_MAX];
 
-		block_path(p, &h->id, path, sizeof(path));
+		posix_block_path(p, &h->id, path, sizeof(path));
 		posix_quarantine(p, path, &h->id, h->ino, "checksum mismatch");
 	}
 	h->verified = rc == 0;
@@ -766,7 +775,7 @@ static void damaged(struct phandle *h, const char *why)
 	struct posix *p = posix_of(h->base.tier);
 	char path[PATH_MAX];
 
-	block_path(p, &h->id, path, sizeof(path));
+	posix_block_path(p, &h->id, path, sizeof(path));
 	posix_quarantine(p, path, &h->id, h->ino, why);
 }
 
@@ -1018,7 +1027,7 @@ static ssize_t posix_read(struct tier_handle *th, void *buf, size_t len, uint64_
 		if (!h->verified) {
 			char path[PATH_MAX];
 
-			block_path(posix_of(th->tier), &h->id, path, sizeof(path));
+			posix_block_path(posix_of(th->tier), &h->id, path, sizeof(path));
 			posix_quarantine(posix_of(th->tier), path, &h->id, h->ino, "file too short");
 		}
 		return -EIO;
@@ -1031,7 +1040,7 @@ static ssize_t posix_read(struct tier_handle *th, void *buf, size_t len, uint64_
 
 			counter_add(&posix_of(th->tier)->checksum_failures, 1);
 
-			block_path(posix_of(th->tier), &h->id, path, sizeof(path));
+			posix_block_path(posix_of(th->tier), &h->id, path, sizeof(path));
 			posix_quarantine(posix_of(th->tier), path, &h->id, h->ino, "checksum mismatch");
 			return -EIO;
 		}
@@ -1100,7 +1109,7 @@ static int open_temp(struct posix *p, struct phandle *h)
 {
 	char dir[PATH_MAX], hex[BLOCKID_HEX_LEN + 1];
 
-	shard_path(p, &h->id, dir, sizeof(dir));
+	posix_shard_path(p, &h->id, dir, sizeof(dir));
 	blockid_format(&h->id, hex);
 	if (p->layout == LAYOUT_UCM) {
 		/* UCM's own temp name, unless another writer of this id holds it */
@@ -1492,8 +1501,11 @@ static int posix_commit(struct tier_handle *th, const struct block_meta *meta, u
 	}
 	if (rc)
 		goto err_io;
-	/* the bytes before the name: a layout=ucm file has no checksum to tell a torn one */
-	if (durable && (!p->syncfs || p->layout == LAYOUT_UCM) && fdatasync(h->fd)) {
+	/* the bytes before the name: a layout=ucm file has no checksum to tell a torn one, and
+	 * the other hosts of a shared STORE must find every byte once they find the name (some
+	 * distributed filesystems show a file's length to other clients only after a flush) */
+	if (((durable && (!p->syncfs || p->layout == LAYOUT_UCM)) || p->shared_ns >= 0) &&
+	    fdatasync(h->fd)) {
 		rc = -errno;
 		goto err_io;
 	}
@@ -1501,7 +1513,7 @@ static int posix_commit(struct tier_handle *th, const struct block_meta *meta, u
 		rc = -errno;
 		goto err_io;
 	}
-	block_path(p, &h->id, path, sizeof(path));
+	posix_block_path(p, &h->id, path, sizeof(path));
 	e->node.id = h->id;
 	e->size = meta->size;
 	e->stored = stored;
@@ -1509,6 +1521,7 @@ static int posix_commit(struct tier_handle *th, const struct block_meta *meta, u
 	e->ino = st.st_ino;
 	e->mtime = meta->mtime;
 	e->atime = wall_ns();
+	e->checked = mono_ns();
 	e->deadline = meta->deadline;
 	e->codec = codec;
 	/* the rename and the index entry together: unlink_blocks() of an older version taken
@@ -1530,7 +1543,7 @@ static int posix_commit(struct tier_handle *th, const struct block_meta *meta, u
 		rc = sync_upto(p, seq);
 	} else if (durable) {
 		counter_add(&p->syncs, 1);
-		shard_path(p, &h->id, dir, sizeof(dir));
+		posix_shard_path(p, &h->id, dir, sizeof(dir));
 		rc = posix_fsync_dir(dir) ? -EIO : 0;
 	}
 	if (rc) {
@@ -1625,7 +1638,7 @@ static int posix_set_deadline(struct tier *t, const struct blockid *id, int64_t 
 	if (posix_lookup(t, id, NULL))
 		return -ENOENT; /* absent or already expired */
 	if (p->layout == LAYOUT_NATIVE) {
-		block_path(p, id, path, sizeof(path));
+		posix_block_path(p, id, path, sizeof(path));
 		raw = malloc(DISK_HEADER_SIZE);
 		hd = malloc(sizeof(*hd));
 		fd = open(path, O_RDWR | O_CLOEXEC);
@@ -1699,14 +1712,14 @@ static int posix_sync(struct tier *t, const struct blockid *id)
 		return n ? sync_upto(p, seq) : -ENOENT;
 	}
 	counter_add(&p->syncs, 1);
-	block_path(p, id, path, sizeof(path));
+	posix_block_path(p, id, path, sizeof(path));
 	fd = open(path, O_RDONLY | O_CLOEXEC);
 	if (fd < 0)
 		return errno == ENOENT ? -ENOENT : -EIO;
 	if (fdatasync(fd))
 		rc = -EIO;
 	close(fd);
-	shard_path(p, id, path, sizeof(path));
+	posix_shard_path(p, id, path, sizeof(path));
 	if (rc == 0 && posix_fsync_dir(path))
 		rc = -EIO;
 	return rc;
@@ -1730,6 +1743,8 @@ static int posix_list_shard(struct tier *t, unsigned shard, tier_list_fn fn, voi
 	struct posix *p = posix_of(t);
 	struct list_ctx l = { .now = mono_ns() };
 
+	if (p->shared_ns >= 0)
+		return posix_shared_list(p, shard, fn, arg);
 	pthread_mutex_lock(&p->lock);
 	idmap_shard_foreach(&p->map, shard, collect, &l);
 	pthread_mutex_unlock(&p->lock);
@@ -1847,6 +1862,11 @@ static void posix_metrics(struct tier *t, struct metrics *m)
 	metrics_counter(m, "ucmfs_disk_syncs_total", "Flushes that made blocks durable: syncfs "
 			"calls, or per-block fdatasyncs on a network filesystem.", l,
 			counter_get(&p->syncs));
+	if (p->shared_ns >= 0)
+		metrics_counter(m, "ucmfs_disk_store_lookups_total",
+				"Block files looked up on a shared STORE: for an id this host did "
+				"not know, or knew for longer than shared= allows.", l,
+				counter_get(&p->store_lookups));
 	metrics_gauge(m, "ucmfs_tier_blocks", "Committed blocks resident in the tier.", l,
 		      (double)u.blocks);
 	metrics_gauge(m, "ucmfs_tier_bytes", "Bytes the tier holds.", l, (double)u.used);
@@ -2004,6 +2024,7 @@ int posix_create(const struct posix_config *cfg, struct tier **out)
 	p->layout = cfg->layout;
 	p->durable = cfg->durable;
 	p->capacity = cfg->capacity;
+	p->shared_ns = cfg->shared ? cfg->shared_check_ms * 1000000 : -1;
 	if (gethostname(p->host, sizeof(p->host) - 1) || !p->host[0])
 		snprintf(p->host, sizeof(p->host), "localhost");
 	for (char *c = p->host; *c; c++)
@@ -2080,6 +2101,8 @@ static int posix_plugin_create(const struct tier_setup *s, struct tier **out)
 		.aio = o->io == IO_AIO,
 		.io_depth = o->io_depth ? o->io_depth : AIO_DEPTH,
 		.io_timeout_ns = o->io_timeout_ms * 1000000,
+		.shared = o->shared_ms >= 0,
+		.shared_check_ms = o->shared_ms,
 	};
 	struct tier *dirs[UCM_MAX_STORES];
 	int rc = 0;

@@ -20,6 +20,8 @@ struct posix_config {
 	unsigned io_depth;       /* aio: IOs in flight */
 	int64_t io_timeout_ns;   /* aio: a read not done by then fails -EIO; 0 = no limit */
 	int64_t io_test_stall_ns; /* tests only: see struct io_config */
+	bool shared;             /* other hosts share the STORE (tiers/posix_shared.c): */
+	int64_t shared_check_ms; /* entries are looked at again once older than this */
 };
 
 /*

@@ -33,6 +33,7 @@ struct pentry {
 	uint64_t size, stored, phys, ino;
 	int64_t mtime, atime, deadline, ctime; /* atime, ctime: wall; deadline: mono */
 	uint64_t seq;               /* commit number (posix.c, "Durability"); 0: found at start */
+	int64_t checked;            /* shared STORE: when the file was last seen (mono) */
 	uint32_t codec;
 	uint32_t opens;             /* read handles on this version: never evicted */
 	bool expired_held;          /* expired, kept for its readers: not counted as a block */
@@ -47,6 +48,8 @@ struct posix {
 	enum ucm_layout layout;
 	bool durable;
 	bool opened;             /* the start scan succeeded: a stop saves the index */
+	int64_t shared_ns;       /* shared with other hosts: how old an entry may be before the
+				    file is looked at again (posix_shared.c); -1: private */
 	uint64_t capacity;
 	char host[HOST_NAME_MAX + 1];
 	int lock_fd;
@@ -75,9 +78,17 @@ struct posix {
 	atomic_uint_fast64_t from_snapshot; /* blocks the start took from the index snapshot */
 	counter_t hits, misses, bytes_read, bytes_written, expirations, checksum_failures;
 	counter_t evictions, syncs;
+	counter_t store_lookups; /* shared: files looked up on the STORE for a miss or a check */
 };
 
 int posix_fsync_dir(const char *path);
+/* STORE/.../<hex[0:3]>/<hex> of id, and its directory. */
+void posix_block_path(const struct posix *p, const struct blockid *id, char *out, size_t len);
+void posix_shard_path(const struct posix *p, const struct blockid *id, char *out, size_t len);
+/* The attributes of an entry. */
+void posix_fill_attr(const struct pentry *e, struct block_attr *a);
+/* Remove the entry of id if its inode is ino (any inode if ino == 0). p->lock held. */
+bool posix_index_drop(struct posix *p, const struct blockid *id, uint64_t ino);
 
 /* Make e the most recently used entry. p->lock held. */
 void posix_lru_touch(struct posix *p, struct pentry *e);
@@ -86,6 +97,16 @@ void posix_index_put(struct posix *p, struct pentry *e);
 /* Move a damaged block file to STORE/quarantine/ and forget its entry (see posix.c). */
 void posix_quarantine(struct posix *p, const char *path, const struct blockid *id,
 		      uint64_t ino, const char *why);
+
+/* Read the entry of the block file open at fd (tiers/posix_scan.c). 0 or -errno, see there. */
+int posix_entry_read(struct posix *p, int fd, const struct blockid *id, struct pentry **out);
+
+/* Shared STORE (tiers/posix_shared.c): look id up on the STORE itself, for a miss or an
+ * entry older than shared_ns, and bring the index in line. 0 (attr filled if not NULL) or
+ * -ENOENT. */
+int posix_shared_lookup(struct posix *p, const struct blockid *id, struct block_attr *attr);
+/* List the block files of one shard directory of the STORE. 0 or -errno. */
+int posix_shared_list(struct posix *p, unsigned shard, tier_list_fn fn, void *arg);
 
 /* Rebuild the index at start (tiers/posix_scan.c). 0 or -errno (logged). */
 int posix_scan(struct posix *p);

@@ -294,65 +294,85 @@ static void scan_temp(struct posix *p, int dfd, const char *name, const char *di
 	}
 }
 
+/*
+ * Read the entry of the block file open at fd: its inode, times and, for layout=native, its
+ * header. 0 and *out; -ENOTSUP (not a regular file); -EBADMSG (damaged header); -ETIME (its
+ * TTL passed); -ENOMEM. fd stays open.
+ */
+int posix_entry_read(struct posix *p, int fd, const struct blockid *id, struct pentry **out)
+{
+	uint8_t raw[DISK_HEADER_SIZE];
+	struct disk_header hd;
+	struct pentry *e;
+	struct stat st;
+	int rc = 0;
+
+	if (fstat(fd, &st) || !S_ISREG(st.st_mode))
+		return -ENOTSUP;
+	e = calloc(1, sizeof(*e));
+	if (!e)
+		return -ENOMEM;
+	e->node.id = *id;
+	e->phys = (uint64_t)st.st_blocks * 512;
+	e->ino = st.st_ino;
+	e->atime = timespec_ns(&st.st_atim);
+	e->ctime = timespec_ns(&st.st_ctim);
+	e->checked = mono_ns();
+	if (p->layout == LAYOUT_UCM) {
+		e->size = e->stored = (uint64_t)st.st_size;
+		e->mtime = timespec_ns(&st.st_mtim);
+	} else if (io_pread_full(fd, raw, sizeof(raw), 0) != (ssize_t)sizeof(raw) ||
+		   disk_header_decode(raw, &hd) || !blockid_eq(&hd.id, id) ||
+		   (uint64_t)st.st_size < DISK_HEADER_SIZE + hd.stored_size) {
+		rc = -EBADMSG;
+	} else if (hd.deadline && hd.deadline <= wall_ns()) {
+		rc = -ETIME;
+	} else {
+		e->size = hd.raw_size;
+		e->stored = hd.stored_size;
+		e->mtime = hd.mtime;
+		e->codec = hd.codec;
+		e->deadline = hd.deadline ? wall_to_mono(hd.deadline) : 0;
+	}
+	if (rc)
+		free(e);
+	else
+		*out = e;
+	return rc;
+}
+
 /* Index one block file found at start; quarantine it if it is damaged. 0, or -ENOMEM if it
  * cannot be indexed (the store must not open without it). */
 static int scan_block(struct posix *p, int dfd, const char *name, const char *dir,
 		       const struct blockid *id)
 {
 	char path[PATH_MAX];
-	uint8_t raw[DISK_HEADER_SIZE];
-	struct disk_header hd;
 	struct pentry *e;
-	struct stat st;
-	int fd;
+	int fd, rc;
 
 	snprintf(path, sizeof(path), "%s/%s", dir, name);
 	fd = openat(dfd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
-	if (fd < 0 || fstat(fd, &st) || !S_ISREG(st.st_mode)) {
-		if (fd >= 0)
-			close(fd);
+	if (fd < 0 && errno == ENOENT)
+		return 0; /* removed meanwhile (another host of a shared STORE) */
+	rc = fd < 0 ? -ENOTSUP : posix_entry_read(p, fd, id, &e);
+	if (fd >= 0)
+		close(fd);
+	switch (rc) {
+	case 0:
+		return add_entry(p, e);
+	case -ENOMEM:
+		return -ENOMEM;
+	case -EBADMSG:
+		posix_quarantine(p, path, NULL, 0, "bad header");
+		return 0;
+	case -ETIME:
+		unlinkat(dfd, name, 0); /* expired while nobody was looking */
+		return 0;
+	default:
 		atomic_fetch_add(&p->skipped, 1);
 		log_warn("skipped %s: not a regular block file", path);
 		return 0;
 	}
-	e = calloc(1, sizeof(*e));
-	if (!e) {
-		close(fd);
-		return -ENOMEM;
-	}
-	e->node.id = *id;
-	e->phys = (uint64_t)st.st_blocks * 512;
-	e->ino = st.st_ino;
-	e->atime = timespec_ns(&st.st_atim);
-	e->ctime = timespec_ns(&st.st_ctim);
-	if (p->layout == LAYOUT_UCM) {
-		e->size = e->stored = (uint64_t)st.st_size;
-		e->mtime = timespec_ns(&st.st_mtim);
-	} else {
-		if (io_pread_full(fd, raw, sizeof(raw), 0) != (ssize_t)sizeof(raw) ||
-		    disk_header_decode(raw, &hd) || !blockid_eq(&hd.id, id) ||
-		    (uint64_t)st.st_size < DISK_HEADER_SIZE + hd.stored_size) {
-			close(fd);
-			free(e);
-			posix_quarantine(p, path, NULL, 0, "bad header");
-			return 0;
-		}
-		e->size = hd.raw_size;
-		e->stored = hd.stored_size;
-		e->mtime = hd.mtime;
-		e->codec = hd.codec;
-		if (hd.deadline) {
-			if (hd.deadline <= wall_ns()) {
-				close(fd);
-				free(e);
-				unlinkat(dfd, name, 0); /* expired while nobody was looking */
-				return 0;
-			}
-			e->deadline = wall_to_mono(hd.deadline);
-		}
-	}
-	close(fd);
-	return add_entry(p, e);
 }
 
 static bool shard_name(const char *name)

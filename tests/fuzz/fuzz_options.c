@@ -96,12 +96,12 @@ static void check_format_sizes(const struct ucm_options *o, const char *full, si
 
 /* The lines of options_format() after store=, mountpoint= and topology= (whose values are
  * paths that may hold newlines): one per option. */
-#define OPTION_LINES 18
+#define OPTION_LINES 19
 
 /*
  * Turn the effective configuration back into a command line and parse it: the same text.
  * Values that are not option values (an unset block_size, the measured io_depth 0,
- * durable=0) are given the way a user would give them.
+ * durable=0, shared=off) are given the way a user would give them.
  */
 static void check_round_trip(const struct ucm_options *o, const char *text)
 {
@@ -131,7 +131,8 @@ static void check_round_trip(const struct ucm_options *o, const char *text)
 		line = lines[k];
 		CHECK(strchr(line, '='));
 		if (!strcmp(line, "block_size=unset") || !strcmp(line, "io_depth=0") ||
-		    !strcmp(line, "durable=0") || !strcmp(line, "pipeline=topology"))
+		    !strcmp(line, "durable=0") || !strcmp(line, "shared=off") ||
+		    !strcmp(line, "pipeline=topology"))
 			continue;
 		if (list[0])
 			strcat(list, ",");

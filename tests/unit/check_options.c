@@ -181,6 +181,31 @@ START_TEST(test_options_words)
 }
 END_TEST
 
+/* shared: a private STORE by default; a bare "shared" checks what it knows every second */
+START_TEST(test_options_shared)
+{
+	char buf[4096];
+
+	ok_opts("mem_size=1G");
+	ck_assert_int_lt(opts.shared_ms, 0);
+	options_format(&opts, buf, sizeof(buf));
+	ck_assert_ptr_nonnull(strstr(buf, "\nshared=off\n"));
+	ok_opts("shared");
+	ck_assert_int_eq(opts.shared_ms, 1000);
+	ok_opts("shared=250ms");
+	ck_assert_int_eq(opts.shared_ms, 250);
+	options_format(&opts, buf, sizeof(buf));
+	ck_assert_ptr_nonnull(strstr(buf, "\nshared=250ms\n"));
+	ok_opts("shared=0");
+	ck_assert_int_eq(opts.shared_ms, 0);
+	bad_opts("shared=soon", "shared");
+	bad_opts("shared=none", "shared");
+	bad_opts("shared=2h", "shared");
+	bad_opts("shared=-1s", "shared");
+	bad_args("none", "shared", "shared");
+}
+END_TEST
+
 START_TEST(test_options_bad_words)
 {
 	bad_opts("policy=random", "policy");
@@ -595,6 +620,7 @@ Suite *options_suite(void)
 	tcase_add_checked_fixture(core, NULL, teardown);
 	tcase_add_checked_fixture(errors, NULL, teardown);
 	tcase_add_test(core, test_options_defaults);
+	tcase_add_test(core, test_options_shared);
 	tcase_add_test(core, test_options_sizes);
 	tcase_add_test(core, test_options_words);
 	tcase_add_test(core, test_options_pipeline);

@@ -1,0 +1,130 @@
+/*
+ * The disk tier over a STORE that other hosts share (-o shared): what this host learns of
+ * the blocks they commit, replace and remove.
+ *
+ * DESIGN
+ *
+ * Each host keeps its own index of the STORE (tiers/posix.c), built at its start. Other hosts
+ * change the STORE behind its back, so with shared the index is a cache of the STORE whose
+ * entries are trusted for p->shared_ns after the file was last seen:
+ *
+ *   miss     an id the index does not hold is looked up on the STORE: one open of its block
+ *            file (and a read of the header if it is there), counted in store_lookups. Found,
+ *            it joins the index; not found, nothing is remembered: the next lookup asks again,
+ *            since another host may commit the block at any moment.
+ *   check    an entry last seen more than shared_ns ago is looked at again before it answers:
+ *            no file -> the entry is dropped (ENOENT); another inode or ctime (a replacement,
+ *            or a TTL written by another host) -> the header is read again; else seen now.
+ *   listing  a shard is listed from the STORE's directory, not from the index.
+ *
+ * The file is read without p->lock; what was read goes into the index under it only if the
+ * entry is still the one that was looked at (a commit of this host meanwhile wins).
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "src/clock.h"
+#include "src/log.h"
+#include "tiers/posix_int.h"
+
+/* Under p->lock: the attributes of id's entry if it is live, as a lookup answers. */
+static int answer(struct posix *p, const struct blockid *id, struct block_attr *attr)
+{
+	struct idnode *n = idmap_find(&p->map, id);
+
+	if (!n || (PE(n)->deadline && PE(n)->deadline <= mono_ns()))
+		return -ENOENT;
+	if (attr)
+		posix_fill_attr(PE(n), attr);
+	return 0;
+}
+
+int posix_shared_lookup(struct posix *p, const struct blockid *id, struct block_attr *attr)
+{
+	char path[PATH_MAX];
+	struct pentry *e = NULL;
+	struct idnode *n;
+	struct stat st;
+	uint64_t ino = 0;
+	int64_t ctime = 0;
+	int fd, rc;
+
+	pthread_mutex_lock(&p->lock);
+	n = idmap_find(&p->map, id);
+	if (n) {
+		ino = PE(n)->ino;
+		ctime = PE(n)->ctime;
+	}
+	pthread_mutex_unlock(&p->lock);
+
+	posix_block_path(p, id, path, sizeof(path));
+	counter_add(&p->store_lookups, 1);
+	fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
+	if (fd >= 0 && fstat(fd, &st)) {
+		close(fd);
+		fd = -1;
+	}
+	if (fd >= 0 && ino && st.st_ino == ino && timespec_ns(&st.st_ctim) == ctime) {
+		close(fd); /* the file this host knows */
+		pthread_mutex_lock(&p->lock);
+		n = idmap_find(&p->map, id);
+		if (n && PE(n)->ino == ino)
+			PE(n)->checked = mono_ns();
+		rc = answer(p, id, attr);
+		pthread_mutex_unlock(&p->lock);
+		return rc;
+	}
+	rc = fd < 0 ? -ENOENT : posix_entry_read(p, fd, id, &e);
+	if (fd >= 0)
+		close(fd);
+	if (rc == -EBADMSG)
+		posix_quarantine(p, path, id, st.st_ino, "bad header");
+	if (rc == -ENOMEM)
+		return rc;
+	pthread_mutex_lock(&p->lock);
+	n = idmap_find(&p->map, id);
+	/* unless a commit of this host (or another lookup) came first, the STORE's answer
+	 * replaces what was looked at */
+	if (n ? PE(n)->ino == ino : !ino) {
+		if (e && idmap_reserve(&p->map, id) == 0) {
+			posix_index_put(p, e);
+			e = NULL;
+		} else if (n) {
+			posix_index_drop(p, id, ino);
+		}
+	}
+	free(e);
+	rc = answer(p, id, attr);
+	pthread_mutex_unlock(&p->lock);
+	return rc;
+}
+
+int posix_shared_list(struct posix *p, unsigned shard, tier_list_fn fn, void *arg)
+{
+	char dir[PATH_MAX], hex[4];
+	struct dirent *de;
+	DIR *d;
+
+	snprintf(hex, sizeof(hex), "%03x", shard);
+	snprintf(dir, sizeof(dir), "%s/%s", p->data, hex);
+	d = opendir(dir);
+	if (!d)
+		return errno == ENOENT || errno == ENOTDIR ? 0 : -errno;
+	while ((de = readdir(d))) {
+		struct blockid id;
+
+		if (de->d_name[0] == '.' || strstr(de->d_name, TEMP_MARK) ||
+		    blockid_parse_name(de->d_name, &id) || strncmp(de->d_name, hex, 3))
+			continue;
+		if (fn(&id, arg))
+			break;
+	}
+	closedir(d);
+	return 0;
+}
