@@ -1825,6 +1825,7 @@ static void posix_destroy(struct tier *t)
 	pthread_mutex_destroy(&p->lock);
 	pthread_cond_destroy(&p->synced);
 	pthread_mutex_destroy(&p->sync_lock);
+	pthread_mutex_destroy(&p->shards_lock);
 	free(p->root);
 	free(p->data);
 	free(p);
@@ -2018,6 +2019,7 @@ int posix_create(const struct posix_config *cfg, struct tier **out)
 	pthread_cond_init(&p->unlinked, NULL);
 	pthread_mutex_init(&p->sync_lock, NULL);
 	pthread_cond_init(&p->synced, NULL);
+	pthread_mutex_init(&p->shards_lock, NULL);
 	p->commit_seq = 1; /* blocks found at start count as commit 1 */
 	idmap_init(&p->map);
 	p->lru.next = p->lru.prev = &p->lru;

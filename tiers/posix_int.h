@@ -79,6 +79,11 @@ struct posix {
 	counter_t hits, misses, bytes_read, bytes_written, expirations, checksum_failures;
 	counter_t evictions, syncs;
 	counter_t store_lookups; /* shared: files looked up on the STORE for a miss or a check */
+	/* shared: the shard directories the STORE has, read at most every shared_ns
+	 * (posix_shared.c) */
+	pthread_mutex_t shards_lock;
+	uint8_t shards[BLOCKID_SHARDS / 8]; /* protected by shards_lock, as the one below */
+	int64_t shards_read;     /* when, mono; 0: never */
 };
 
 int posix_fsync_dir(const char *path);

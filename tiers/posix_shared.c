@@ -15,7 +15,10 @@
  *   check    an entry last seen more than shared_ns ago is looked at again before it answers:
  *            no file -> the entry is dropped (ENOENT); another inode or ctime (a replacement,
  *            or a TTL written by another host) -> the header is read again; else seen now.
- *   listing  a shard is listed from the STORE's directory, not from the index.
+ *   listing  a shard is listed from the STORE's directory, not from the index; which shard
+ *            directories exist is read with one listing of the STORE, again once older than
+ *            shared_ns (+ 100 ms: once per ls): on a distributed filesystem each missing
+ *            directory would cost a round trip, 4096 of them for one ls.
  *
  * The file is read without p->lock; what was read goes into the index under it only if the
  * entry is still the one that was looked at (a commit of this host meanwhile wins).
@@ -105,12 +108,49 @@ int posix_shared_lookup(struct posix *p, const struct blockid *id, struct block_
 	return rc;
 }
 
+#define SHARDS_FRESH_NS 100000000LL /* 100 ms */
+
+/* Does the STORE have the directory of this shard? Errs on yes when it cannot tell. */
+static bool shard_exists(struct posix *p, unsigned shard)
+{
+	int64_t now = mono_ns();
+	bool yes;
+
+	pthread_mutex_lock(&p->shards_lock);
+	/* at most once per listing, even with shared=0 */
+	if (!p->shards_read || now - p->shards_read > p->shared_ns + SHARDS_FRESH_NS) {
+		DIR *d = opendir(p->data);
+		struct dirent *de;
+
+		memset(p->shards, d ? 0 : 0xff, sizeof(p->shards));
+		while (d && (de = readdir(d))) {
+			char hex[BLOCKID_HEX_LEN];
+			struct blockid id;
+
+			if (strlen(de->d_name) != 3)
+				continue;
+			memcpy(hex, de->d_name, 3);
+			memset(hex + 3, '0', sizeof(hex) - 3);
+			if (blockid_parse(hex, sizeof(hex), &id) == 0)
+				p->shards[blockid_shard(&id) / 8] |= 1u << (blockid_shard(&id) % 8);
+		}
+		if (d)
+			closedir(d);
+		p->shards_read = now;
+	}
+	yes = p->shards[shard / 8] & (1u << (shard % 8));
+	pthread_mutex_unlock(&p->shards_lock);
+	return yes;
+}
+
 int posix_shared_list(struct posix *p, unsigned shard, tier_list_fn fn, void *arg)
 {
 	char dir[PATH_MAX], hex[4];
 	struct dirent *de;
 	DIR *d;
 
+	if (!shard_exists(p, shard))
+		return 0;
 	snprintf(hex, sizeof(hex), "%03x", shard);
 	snprintf(dir, sizeof(dir), "%s/%s", p->data, hex);
 	d = opendir(dir);

@@ -19,8 +19,10 @@ PKGS="gcc libc6-dev libfuse3-dev fuse3 dpkg-dev libzstd-dev libaio-dev libxxhash
 ninja-build pkg-config fio attr python3 libjansson-dev"
 # the tests also check /.ucm/stats with promtool (Debian's prometheus package), fuzz the
 # parsers and decoders with clang's libFuzzer (libclang-rt-dev holds its runtime), and build,
-# lint and install the Debian package (tests/package)
-TEST_PKGS="prometheus clang libclang-rt-dev debhelper dh-python lintian systemd man-db"
+# lint and install the Debian package (tests/package), and run several hosts on one GlusterFS
+# volume (tests/mount/hosts.py)
+TEST_PKGS="prometheus clang libclang-rt-dev debhelper dh-python lintian systemd man-db \
+glusterfs-server glusterfs-client"
 
 say() { printf '%s\n' "== $*"; }
 

@@ -362,11 +362,13 @@ def with_test_opts(opts):
 class Mount:
     """A ucmfs daemon mounted on a fresh temporary directory (STORE and mountpoint inside).
 
-    Mount(opts, store): opts is the -o list ('' for none); store None means a fresh
-    directory STORE, 'none' memory only, any other string is used as given.
+    Mount(opts, store, host): opts is the -o list ('' for none); store None means a fresh
+    directory STORE, 'none' memory only, any other string is used as given; host, if given,
+    is the host name the daemon sees (it runs in a UTS namespace of its own: several hosts
+    on one machine).
     """
 
-    def __init__(self, opts='', store=None):
+    def __init__(self, opts='', store=None, host=None):
         self.tmp = tempfile.mkdtemp(prefix='ucmfs-mt-')
         self.mnt = os.path.join(self.tmp, 'mnt')
         os.mkdir(self.mnt)
@@ -375,6 +377,7 @@ class Mount:
         else:
             self.store = store
         self.opts = opts
+        self.host = host
         self.proc = None
         self.log = None
         self.nstarts = 0
@@ -413,6 +416,9 @@ class Mount:
         if opts:
             args += ['-o', opts]
         args += [self.store, self.mnt]
+        if self.host:
+            args = ['unshare', '--uts', '--', 'sh', '-c', 'hostname "$0" && exec "$@"',
+                    self.host] + args
         with open(self.log, 'wb') as logf:
             self.proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=logf,
                                          stderr=logf, env=daemon_env())

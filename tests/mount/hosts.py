@@ -1,0 +1,285 @@
+#!/usr/bin/env python3
+"""Several hosts, one STORE (-o shared, ucmfs(8) SEVERAL HOSTS), on a real distributed
+filesystem: a GlusterFS volume on loopback, each simulated host with its own GlusterFS client
+mount and its own ucmfs daemon in a UTS namespace of its own (its own host name).
+
+The volumes (a 2-brick distribute one and a replica 2 one) are brought up once for the file
+and torn down on every way out. Without the GlusterFS packages (glusterfs-server,
+glusterfs-client) the file is skipped with that reason.
+"""
+import atexit
+import errno
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from ucmtest import (KiB, MiB, SLOW, Mount, check, expect_errno, pattern, rand_id, read_file,
+                     run, same, wait_until, write_file)
+
+# how long a host may go on answering from what it knew: the shared= bound of these mounts,
+# plus the time a dump takes to reach the volume
+BOUND = 0.5
+SHARED = 'shared=%dms' % int(BOUND * 1000)
+SETTLE = 10 * SLOW
+# a host name GlusterFS takes for this machine: it refuses 'localhost' and '127.0.0.1'
+SERVER = '127.0.0.2'
+GLUSTER_MOUNT_OPTS = 'attribute-timeout=0,entry-timeout=0,negative-timeout=0'
+
+
+def sh(args, timeout=60, check_rc=True):
+    r = subprocess.run(args, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                       stderr=subprocess.STDOUT, text=True, timeout=timeout * SLOW)
+    if check_rc and r.returncode:
+        raise AssertionError('%s: exit %d: %s' % (' '.join(args), r.returncode,
+                                                  r.stdout.strip()[-400:]))
+    return r
+
+
+def gluster(*words, timeout=60, check_rc=True):
+    return sh(['gluster', '--mode=script'] + list(words), timeout, check_rc)
+
+
+class Gluster:
+    """glusterd (started here if it is not running) and the volumes of this file."""
+
+    def __init__(self):
+        self.tmp = tempfile.mkdtemp(prefix='ucmfs-gl-', dir='/var/tmp')
+        self.started_glusterd = False
+        self.volumes = []      # names
+        self.mounts = []       # client mount points
+        atexit.register(self.teardown)
+
+    def start(self):
+        if gluster('volume', 'list', timeout=30, check_rc=False).returncode:
+            sh(['glusterd', '--log-level=WARNING'])
+            self.started_glusterd = True
+            if not wait_until(lambda: gluster('volume', 'list', timeout=10,
+                                              check_rc=False).returncode == 0, 30 * SLOW):
+                raise AssertionError('glusterd did not answer within 30 s')
+
+    def volume(self, kind):
+        """Create and start a volume: 'distribute' (2 bricks) or 'replica' (replica 2)."""
+        name = 'ucmt%d%s' % (os.getpid(), kind[0])
+        bricks = []
+        for i in range(2):
+            d = os.path.join(self.tmp, '%s-b%d' % (name, i))
+            os.mkdir(d)
+            bricks.append('%s:%s' % (SERVER, d))
+        words = ['volume', 'create', name] + (['replica', '2'] if kind == 'replica' else [])
+        gluster(*(words + bricks + ['force']))
+        self.volumes.append(name)
+        # close-to-open for stat() too: md-cache would answer from what it saw up to 1 s ago
+        gluster('volume', 'set', name, 'performance.stat-prefetch', 'off')
+        gluster('volume', 'start', name)
+        return name
+
+    def client(self, volume):
+        """A client mount of the volume, with the kernel's caches of names and attributes off."""
+        mnt = tempfile.mkdtemp(prefix='c', dir=self.tmp)
+        sh(['mount', '-t', 'glusterfs', '-o', GLUSTER_MOUNT_OPTS, '%s:/%s' % (SERVER, volume),
+            mnt])
+        self.mounts.append(mnt)
+        return mnt
+
+    def teardown(self):
+        for mnt in self.mounts:
+            if os.path.ismount(mnt):
+                if sh(['umount', mnt], check_rc=False).returncode:
+                    sh(['umount', '-l', mnt], check_rc=False)
+        self.mounts = []
+        for v in self.volumes:
+            gluster('volume', 'stop', v, 'force', check_rc=False)
+            gluster('volume', 'delete', v, check_rc=False)
+        self.volumes = []
+        if self.started_glusterd:
+            # glusterd and what it started: the self-heal daemon of replica volumes
+            sh(['pkill', '-x', 'glusterd'], check_rc=False)
+            sh(['pkill', '-f', 'glustershd'], check_rc=False)
+            self.started_glusterd = False
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+
+GL = None
+VOLUMES = {}   # kind -> (client mount of host A, of host B): each case its own STORE in it
+
+
+def setup():
+    global GL
+    missing = [b for b in ('glusterd', 'gluster', 'mount.glusterfs') if not shutil.which(b)]
+    if missing:
+        print('SKIP: GlusterFS is not installed (%s missing): apt-get install '
+              'glusterfs-server glusterfs-client' % ', '.join(missing))
+        sys.exit(77)
+    GL = Gluster()
+    GL.start()
+    for kind in ('distribute', 'replica'):
+        v = GL.volume(kind)
+        VOLUMES[kind] = (GL.client(v), GL.client(v))
+
+
+def hosts(kind='distribute', opts='mem_size=64M', n=2):
+    """n ucmfs hosts (hA, hB, ...) sharing one fresh STORE on the volume, each through its
+    own client mount; not yet mounted."""
+    a, b = VOLUMES[kind]
+    store = 'store-%s' % rand_id()[:8]
+    return [Mount('%s,%s' % (SHARED, opts), store=os.path.join((a, b)[i % 2], store),
+                  host='h%c' % (ord('A') + i)) for i in range(n)]
+
+
+def metric(m, name):
+    """The sum of a metric's samples in /.ucm/stats."""
+    text = read_file(m.path('.ucm/stats')).decode()
+    vals = re.findall(r'^%s(?:\{[^}]*\})? (\S+)$' % re.escape(name), text, re.M)
+    return sum(float(v) for v in vals)
+
+
+def served(m, bid, want):
+    """True once the host m serves exactly `want` for bid (None: no such block)."""
+    try:
+        got = read_file(m.path(bid))
+    except FileNotFoundError:
+        return want is None
+    return got == want
+
+
+def tier_xattr(m, bid):
+    return os.getxattr(m.path(bid), 'user.ucm.tier').decode()
+
+
+# --- the cases -------------------------------------------------------------------------------
+
+def test_commit_seen_by_other_host():
+    """A block copied in through hA is served by hB without a remount: by name, in ls, and
+    counted by a query, on both kinds of volume."""
+    for kind in ('distribute', 'replica'):
+        ha, hb = hosts(kind)
+        with ha, hb:
+            bid, data = rand_id(), pattern(4 * MiB, 1)
+            write_file(ha.path(bid), data)
+            check(wait_until(lambda: served(hb, bid, data), SETTLE),
+                  '%s: hB does not serve the block hA wrote' % kind)
+            check(bid in hb.blocks(), '%s: hB does not list it' % kind)
+            q = hb.path('.ucm/query/q-' + rand_id()[:8])
+            with open(q, 'w') as f:
+                f.write(bid + '\n' + rand_id())
+            got = [os.getxattr(q, 'user.ucm.' + a).decode() for a in ('prefix', 'hits')]
+            check(got == ['1', '10'], '%s: prefix and hits of a query on hB: %r' % (kind, got))
+
+
+def test_miss_costs_one_store_lookup():
+    """Each id a host does not know costs one lookup on the shared filesystem, found or not;
+    asking again within the bound costs nothing more."""
+    ha, hb = hosts()
+    with ha, hb:
+        ids = [rand_id() for _ in range(4)]
+        for i, bid in enumerate(ids[:2]):
+            write_file(ha.path(bid), pattern(64 * KiB, i), fsync=True)
+        before = metric(hb, 'ucmfs_disk_store_lookups_total')
+        for bid in ids:
+            try:
+                os.stat(hb.path(bid))
+            except FileNotFoundError:
+                pass
+        after = metric(hb, 'ucmfs_disk_store_lookups_total')
+        check(after - before == len(ids), '%d store lookups for %d ids hB did not know' % (
+            after - before, len(ids)))
+        size = os.stat(hb.path(ids[0])).st_size
+        check(size == 64 * KiB, 'size of a block found on the store: %d' % size)
+        check(metric(hb, 'ucmfs_disk_store_lookups_total') == after,
+              'a second stat within the bound asked the store again')
+
+
+def test_replacement_by_other_host():
+    """hA writes 4 MiB, hB replaces it with 1 MiB: within the bound hA's stat says 1 MiB and
+    cat returns hB's bytes, never a short or a mixed read; a reader that had the old version
+    open on hA reads all of the old one."""
+    ha, hb = hosts()
+    with ha, hb:
+        bid, old, new = rand_id(), pattern(4 * MiB, 2), pattern(1 * MiB, 3)
+        write_file(ha.path(bid), old, fsync=True)
+        check(wait_until(lambda: served(hb, bid, old), SETTLE), 'hB never saw the first version')
+        same(read_file(ha.path(bid)), old, 'hA reads its version')
+        fd = os.open(ha.path(bid), os.O_RDONLY)
+        try:
+            first = os.pread(fd, MiB, 0)
+            write_file(hb.path(bid), new, flags=os.O_WRONLY | os.O_TRUNC, fsync=True)
+            check(wait_until(lambda: os.stat(ha.path(bid)).st_size == len(new), SETTLE),
+                  'hA still says %d bytes after hB replaced the block' %
+                  os.stat(ha.path(bid)).st_size)
+            same(read_file(ha.path(bid)), new, 'hA reads the replacement')
+            rest = b''.join(os.pread(fd, MiB, off) for off in range(MiB, len(old), MiB))
+            same(first + rest, old, 'the reader that had the old version open')
+        finally:
+            os.close(fd)
+        check(metric(ha, 'ucmfs_mem_stale_dropped_total') >= 1,
+              'hA never dropped its out-of-date copy from memory')
+
+
+def test_same_id_on_both_hosts():
+    """Both hosts write one id at once, each its own bytes: once the dumps are in, both hosts
+    serve one and the same version, one of the two."""
+    ha, hb = hosts()
+    with ha, hb:
+        bid, va, vb = rand_id(), pattern(2 * MiB, 4), pattern(2 * MiB, 5)
+        write_file(ha.path(bid), va)
+        write_file(hb.path(bid), vb)
+
+        def agree():
+            a, b = read_file(ha.path(bid)), read_file(hb.path(bid))
+            return a == b and a in (va, vb)
+        check(wait_until(agree, SETTLE), 'the hosts serve different versions of one id')
+
+
+def test_remove_by_other_host():
+    """rm through hA of a block in hB's memory: within the bound hB has no such block: stat,
+    open, xattrs and ls agree."""
+    ha, hb = hosts()
+    with ha, hb:
+        bid, data = rand_id(), pattern(1 * MiB, 6)
+        write_file(ha.path(bid), data, fsync=True)
+        check(wait_until(lambda: served(hb, bid, data), SETTLE), 'hB never saw the block')
+        check('mem' in tier_xattr(hb, bid), 'hB should hold it in memory: %s' %
+              tier_xattr(hb, bid))
+        os.unlink(ha.path(bid))
+        check(wait_until(lambda: not os.path.exists(hb.path(bid)), SETTLE),
+              'hB still has a block that hA removed')
+        expect_errno(errno.ENOENT, open, hb.path(bid), 'rb')
+        expect_errno(errno.ENOENT, tier_xattr, hb, bid)
+        check(bid not in hb.blocks(), 'hB still lists the removed block')
+
+
+def test_dead_store_file_not_served():
+    """A block removed on the volume behind both hosts' backs (by an operator) is gone for
+    them within the bound; the next copy in through either host is served by both."""
+    ha, hb = hosts()
+    with ha, hb:
+        bid, data = rand_id(), pattern(256 * KiB, 7)
+        write_file(ha.path(bid), data, fsync=True)
+        check(wait_until(lambda: served(hb, bid, data), SETTLE), 'hB never saw the block')
+        shard = os.path.join(ha.store, 'data', bid[:3])
+        os.unlink(os.path.join(shard, bid))
+        for h in (ha, hb):
+            check(wait_until(lambda: not os.path.exists(h.path(bid)), SETTLE),
+                  '%s still serves a block whose file is gone' % h.host)
+        data2 = pattern(256 * KiB, 8)
+        write_file(hb.path(bid), data2, fsync=True)
+        check(wait_until(lambda: served(ha, bid, data2), SETTLE), 'hA never saw the new copy')
+
+
+if __name__ == '__main__':
+    if os.path.exists('/dev/fuse'):
+        try:
+            setup()
+        except AssertionError as e:
+            print('FAIL setup: %s' % e)
+            if GL:
+                GL.teardown()
+            sys.exit(1)
+    run([test_commit_seen_by_other_host, test_miss_costs_one_store_lookup,
+         test_replacement_by_other_host, test_same_id_on_both_hosts, test_remove_by_other_host,
+         test_dead_store_file_not_served])
