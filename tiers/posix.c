@@ -50,6 +50,7 @@
 #include <string.h>
 #include <linux/magic.h>
 #include <sys/file.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
 #include <sys/statvfs.h>
@@ -1967,6 +1968,47 @@ static int lock_store(struct posix *p, unsigned wait_s)
 	return 0;
 }
 
+/*
+ * The STORE's identity: 16 random bytes in STORE/.store-id (as hex), made by the first start
+ * of any host. Several hosts may start at once on a new shared STORE: each writes its own temp
+ * file and links it to the name; the first link wins and everyone reads what it holds. Without
+ * it (a STORE that cannot be written) the id stays zero and no index snapshot is trusted.
+ */
+static void store_identity(struct posix *p)
+{
+	char path[PATH_MAX], tmp[PATH_MAX], hex[BLOCKID_HEX_LEN + 2];
+	struct blockid id;
+	ssize_t n = -1;
+	int fd;
+
+	snprintf(path, sizeof(path), "%s/.store-id", p->root);
+	fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+	if (fd < 0 && errno == ENOENT && getrandom(id.b, sizeof(id.b), 0) == sizeof(id.b)) {
+		snprintf(tmp, sizeof(tmp), "%s/.store-id%s.%s.%d", p->root, TEMP_MARK, p->host,
+			 (int)getpid());
+		blockid_format(&id, hex);
+		strcat(hex, "\n");
+		fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
+		if (fd >= 0 && io_pwrite_full(fd, hex, strlen(hex), 0) >= 0 && fsync(fd) == 0 &&
+		    link(tmp, path) && errno != EEXIST)
+			log_warn("cannot create %s: %s", path, strerror(errno));
+		if (fd >= 0)
+			close(fd);
+		unlink(tmp);
+		posix_fsync_dir(p->root);
+		fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+	}
+	if (fd >= 0)
+		n = io_pread_full(fd, hex, BLOCKID_HEX_LEN, 0);
+	if (n == BLOCKID_HEX_LEN && blockid_parse(hex, BLOCKID_HEX_LEN, &id) == 0)
+		memcpy(p->store_id, id.b, sizeof(p->store_id));
+	else
+		log_warn("STORE %s has no readable .store-id; the index saved at a stop will not be "
+			 "used", p->root);
+	if (fd >= 0)
+		close(fd);
+}
+
 static int make_dir(const char *path)
 {
 	if (mkdir(path, 0700) && errno != EEXIST) {
@@ -2071,6 +2113,8 @@ int posix_create(const struct posix_config *cfg, struct tier **out)
 	}
 	if (rc == 0)
 		rc = lock_store(p, cfg->lock_wait_s);
+	if (rc == 0)
+		store_identity(p);
 	p->syncfs = syncfs_is_durable(p->data);
 	if (rc == 0)
 		rc = start_io(p, cfg);

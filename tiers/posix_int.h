@@ -52,6 +52,8 @@ struct posix {
 				    file is looked at again (posix_shared.c); -1: private */
 	uint64_t capacity;
 	char host[HOST_NAME_MAX + 1];
+	uint8_t store_id[16];    /* STORE/.store-id: the same through any path to the STORE;
+				    all zero if it could not be read or made */
 	int lock_fd;
 	struct io_engine *io;    /* how read handles read (tiers/io.h) */
 	atomic_uint_fast64_t temp_seq;

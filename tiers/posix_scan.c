@@ -10,10 +10,12 @@
  * inode: most of a mount's time for a large store.
  *
  * A clean stop therefore writes the index to STORE/.index.<host> (written to a temp name,
- * synced, renamed): per block its id, sizes, times, deadline, codec, and the inode number and
- * ctime its file had. The next start of this host opens it and unlinks it at once (and syncs
- * the directory) before anything else, so that it is used at most once: the daemon then changes
- * files in place (a TTL is written into the header), and a crash must find no stale copy.
+ * synced, renamed): the store's identity (STORE/.store-id, the same through every path to it:
+ * another client mount of a shared STORE) and per block its id, sizes, times, deadline,
+ * codec, and the inode number and ctime its file had. The next start of this host opens it
+ * and unlinks it at once (and syncs the directory) before anything else, so that it is used at
+ * most once: the daemon then changes files in place (a TTL is written into the header), and a
+ * crash must find no stale copy.
  * During the scan, a block file whose inode number and ctime are those of its record takes
  * the record instead of having its header read: any change to the file since (a write, a
  * truncate, a rename over it) moved its ctime. A record whose ctime is within
@@ -54,7 +56,7 @@ static int add_entry(struct posix *p, struct pentry *e)
 /* --- the index snapshot ------------------------------------------------------------------ */
 
 #define SNAP_MAGIC "UCMINDEX"
-#define SNAP_VERSION 1
+#define SNAP_VERSION 2
 #define SNAP_SETTLE_NS 1000000000LL
 
 struct snap_head {
@@ -62,7 +64,7 @@ struct snap_head {
 	uint32_t version, layout;
 	uint64_t count;
 	int64_t saved;            /* wall ns */
-	uint64_t data_dev, data_ino; /* the directory it describes */
+	uint8_t store_id[16];     /* the store it describes (STORE/.store-id) */
 };
 
 /* One block; times are wall ns, deadline 0 = none. Followed, after the last one, by the
@@ -94,8 +96,9 @@ static int by_id(const void *a, const void *b)
  * it does not describe this store. */
 static void snapshot_load(struct posix *p, struct snapshot *s)
 {
+	static const uint8_t zero_id[16];
 	char path[PATH_MAX];
-	struct stat st, dst;
+	struct stat st;
 	uint64_t sum;
 	size_t len;
 	int fd;
@@ -114,7 +117,7 @@ static void snapshot_load(struct posix *p, struct snapshot *s)
 		close(fd);
 		return;
 	}
-	if (fstat(fd, &st) || !S_ISREG(st.st_mode) || stat(p->data, &dst) ||
+	if (fstat(fd, &st) || !S_ISREG(st.st_mode) ||
 	    (uint64_t)st.st_size < sizeof(s->head) + sizeof(sum))
 		goto bad;
 	len = (size_t)st.st_size;
@@ -132,8 +135,8 @@ static void snapshot_load(struct posix *p, struct snapshot *s)
 	    s->head.version != SNAP_VERSION || s->head.layout != (uint32_t)p->layout ||
 	    s->head.count != (len - sizeof(s->head) - sizeof(sum)) / sizeof(struct snap_rec) ||
 	    len != sizeof(s->head) + s->head.count * sizeof(struct snap_rec) + sizeof(sum) ||
-	    sum != XXH3_64bits(s->buf, len - sizeof(sum)) ||
-	    s->head.data_dev != (uint64_t)dst.st_dev || s->head.data_ino != (uint64_t)dst.st_ino)
+	    sum != XXH3_64bits(s->buf, len - sizeof(sum)) || !memcmp(p->store_id, zero_id, 16) ||
+	    memcmp(s->head.store_id, p->store_id, sizeof(p->store_id)))
 		goto bad;
 	s->rec = (const struct snap_rec *)(s->buf + sizeof(s->head));
 	close(fd);
@@ -221,13 +224,12 @@ void posix_save_index(struct posix *p)
 	struct snap_head head = { .version = SNAP_VERSION, .layout = (uint32_t)p->layout };
 	int64_t started = mono_ns();
 	struct snap_rec *rec;
-	struct stat dst;
 	uint64_t sum;
 	size_t n = 0, len;
 	char *buf;
 	int rc;
 
-	if (!p->opened || stat(p->data, &dst))
+	if (!p->opened)
 		return;
 	len = sizeof(head) + p->map.count * sizeof(*rec) + sizeof(sum);
 	buf = malloc(len);
@@ -255,8 +257,7 @@ void posix_save_index(struct posix *p)
 	memcpy(head.magic, SNAP_MAGIC, sizeof(head.magic));
 	head.count = n;
 	head.saved = wall_ns();
-	head.data_dev = (uint64_t)dst.st_dev;
-	head.data_ino = (uint64_t)dst.st_ino;
+	memcpy(head.store_id, p->store_id, sizeof(head.store_id));
 	memcpy(buf, &head, sizeof(head));
 	len = sizeof(head) + n * sizeof(*rec) + sizeof(sum);
 	sum = XXH3_64bits(buf, len - sizeof(sum));

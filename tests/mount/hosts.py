@@ -271,6 +271,27 @@ def test_dead_store_file_not_served():
         check(wait_until(lambda: served(ha, bid, data2), SETTLE), 'hA never saw the new copy')
 
 
+def test_index_across_mount_paths():
+    """hA stops cleanly and starts again through another client mount of the same volume: it
+    takes the index it saved (no header read per block) and serves every block."""
+    ha, = hosts(n=1)
+    with ha:
+        blocks = {rand_id(): pattern(64 * KiB, i) for i in range(20)}
+        for bid, data in blocks.items():
+            write_file(ha.path(bid), data)
+        time.sleep(1.5)  # a file changed within a second of the save is read again
+        ha.unmount()
+        a, b = VOLUMES['distribute']
+        check(ha.store.startswith(a + '/'), 'hA was not on the first client mount')
+        ha.store = b + ha.store[len(a):]
+        ha.start()
+        got = metric(ha, 'ucmfs_start_blocks_from_index_total')
+        check(got == len(blocks), 'through another mount path %d of %d blocks came from the '
+              'saved index' % (got, len(blocks)))
+        for bid, data in blocks.items():
+            same(read_file(ha.path(bid)), data, 'block %s after the restart' % bid)
+
+
 if __name__ == '__main__':
     if os.path.exists('/dev/fuse'):
         try:
@@ -282,4 +303,4 @@ if __name__ == '__main__':
             sys.exit(1)
     run([test_commit_seen_by_other_host, test_miss_costs_one_store_lookup,
          test_replacement_by_other_host, test_same_id_on_both_hosts, test_remove_by_other_host,
-         test_dead_store_file_not_served])
+         test_dead_store_file_not_served, test_index_across_mount_paths])
