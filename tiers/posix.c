@@ -1694,6 +1694,8 @@ static void posix_sweep(struct tier *t)
 		pthread_mutex_unlock(&p->lock);
 		unlink_blocks(p, ids, n, freed);
 	} while (n == 64);
+	if (p->shared_ns >= 0)
+		posix_shared_reap(p);
 }
 
 static int posix_sync(struct tier *t, const struct blockid *id)
@@ -1820,6 +1822,9 @@ static void posix_destroy(struct tier *t)
 	idmap_foreach_safe(&p->map, drop_entry, &p->map);
 	idmap_destroy(&p->map);
 	dlheap_free(&p->deadlines);
+	if (p->locked && (ftruncate(p->lock_fd, 0) ||
+			  pwrite(p->lock_fd, LOCK_STOPPED, strlen(LOCK_STOPPED), 0) < 0))
+		log_debug("cannot mark the lock of STORE %s as stopped", p->root);
 	if (p->lock_fd >= 0)
 		close(p->lock_fd);
 	pthread_cond_destroy(&p->unlinked);
@@ -1880,7 +1885,7 @@ static void posix_metrics(struct tier *t, struct metrics *m)
 	metrics_counter(m, "ucmfs_quarantined_total", "Damaged block files moved to quarantine.",
 			store, atomic_load(&p->quarantined));
 	metrics_counter(m, "ucmfs_temp_files_removed_total",
-			"Leftover temp files removed at start.", store,
+			"Leftover temp files removed: at start, and those of other hosts that died.", store,
 			atomic_load(&p->temp_removed));
 	metrics_counter(m, "ucmfs_start_blocks_from_index_total",
 			"Blocks indexed at start from the index saved at the last clean stop.",
@@ -1962,6 +1967,7 @@ static int lock_store(struct posix *p, unsigned wait_s)
 		said = true;
 		usleep(50000);
 	}
+	p->locked = true;
 	snprintf(pid, sizeof(pid), "%d\n", (int)getpid());
 	if (ftruncate(p->lock_fd, 0) == 0 && pwrite(p->lock_fd, pid, strlen(pid), 0) < 0)
 		log_debug("cannot write pid to %s", path);

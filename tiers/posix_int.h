@@ -55,6 +55,7 @@ struct posix {
 	uint8_t store_id[16];    /* STORE/.store-id: the same through any path to the STORE;
 				    all zero if it could not be read or made */
 	int lock_fd;
+	bool locked;             /* lock_fd is this daemon's lock of the STORE */
 	struct io_engine *io;    /* how read handles read (tiers/io.h) */
 	atomic_uint_fast64_t temp_seq;
 	pthread_mutex_t lock;
@@ -86,6 +87,7 @@ struct posix {
 	pthread_mutex_t shards_lock;
 	uint8_t shards[BLOCKID_SHARDS / 8]; /* protected by shards_lock, as the one below */
 	int64_t shards_read;     /* when, mono; 0: never */
+	int64_t reaped;          /* shared: when the other hosts' locks were last looked at */
 };
 
 int posix_fsync_dir(const char *path);
@@ -114,6 +116,10 @@ int posix_entry_read(struct posix *p, int fd, const struct blockid *id, struct p
 int posix_shared_lookup(struct posix *p, const struct blockid *id, struct block_attr *attr);
 /* List the block files of one shard directory of the STORE. 0 or -errno. */
 int posix_shared_list(struct posix *p, unsigned shard, tier_list_fn fn, void *arg);
+/* Remove the temp files of hosts whose daemon died (at most every few seconds). */
+void posix_shared_reap(struct posix *p);
+/* What a daemon writes into its STORE/.lock.<host> when it stops cleanly. */
+#define LOCK_STOPPED "stopped\n"
 
 /* Rebuild the index at start (tiers/posix_scan.c). 0 or -errno (logged). */
 int posix_scan(struct posix *p);

@@ -20,6 +20,15 @@
  *            shared_ns (+ 100 ms: once per ls): on a distributed filesystem each missing
  *            directory would cost a round trip, 4096 of them for one ls.
  *
+ *   the dead  a host's daemon holds STORE/.lock.<host> (flock) while it runs and writes
+ *            "stopped" into it when it stops cleanly. A lock that another host can take, on
+ *            a file that does not say "stopped", belongs to a daemon that died: the
+ *            filesystem released its lock (at once when the process died; after the
+ *            filesystem's own timeout when the machine was lost). Every few seconds each
+ *            host tries the others' locks; the one that gets such a lock removes that host's
+ *            temp files while holding it (a restart of that host waits for it), then marks
+ *            it "stopped".
+ *
  * The file is read without p->lock; what was read goes into the index under it only if the
  * entry is still the one that was looked at (a commit of this host meanwhile wins).
  */
@@ -29,6 +38,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <limits.h>
+#include <stdatomic.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -167,4 +179,80 @@ int posix_shared_list(struct posix *p, unsigned shard, tier_list_fn fn, void *ar
 	}
 	closedir(d);
 	return 0;
+}
+
+#define REAP_EVERY_NS (2 * 1000000000LL)
+
+/* Remove the temp files "<hex>.tmp.<host>.<pid>.<n>" of one host from every shard directory. */
+static uint64_t remove_temps(struct posix *p, const char *host)
+{
+	char mark[HOST_NAME_MAX + 16], dir[PATH_MAX];
+	struct dirent *de, *se;
+	uint64_t n = 0;
+	DIR *d, *sd;
+
+	snprintf(mark, sizeof(mark), "%s.%s.", TEMP_MARK, host);
+	d = opendir(p->data);
+	while (d && (de = readdir(d))) {
+		if (strlen(de->d_name) != 3 || de->d_name[0] == '.')
+			continue;
+		snprintf(dir, sizeof(dir), "%s/%s", p->data, de->d_name);
+		sd = opendir(dir);
+		while (sd && (se = readdir(sd)))
+			if (strstr(se->d_name, mark) && unlinkat(dirfd(sd), se->d_name, 0) == 0)
+				n++;
+		if (sd)
+			closedir(sd);
+	}
+	if (d)
+		closedir(d);
+	return n;
+}
+
+/* Look at the lock of one other host: if its daemon died, clean up after it. */
+static void reap_host(struct posix *p, int dfd, const char *name, const char *host)
+{
+	char state[32] = "";
+	struct stat a, b;
+	uint64_t n;
+	int fd = openat(dfd, name, O_RDWR | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+
+	if (fd < 0)
+		return;
+	/* held: alive. Taken: its file must still be the lock (not replaced meanwhile) */
+	if (flock(fd, LOCK_EX | LOCK_NB) || fstat(fd, &a) || !S_ISREG(a.st_mode) ||
+	    fstatat(dfd, name, &b, AT_SYMLINK_NOFOLLOW) || a.st_ino != b.st_ino ||
+	    pread(fd, state, sizeof(state) - 1, 0) < 0 || !strcmp(state, LOCK_STOPPED)) {
+		close(fd);
+		return;
+	}
+	n = remove_temps(p, host);
+	atomic_fetch_add(&p->temp_removed, n);
+	log_info("store %s: the ucmfs of host %s is gone; removed the %llu temp files it left",
+		 p->root, host, (unsigned long long)n);
+	if (ftruncate(fd, 0) || pwrite(fd, LOCK_STOPPED, strlen(LOCK_STOPPED), 0) < 0 || fsync(fd))
+		log_warn("store %s: cannot mark the lock of host %s as stopped: %s", p->root, host,
+			 strerror(errno));
+	close(fd); /* and with it the lock */
+}
+
+void posix_shared_reap(struct posix *p)
+{
+	int64_t now = mono_ns();
+	struct dirent *de;
+	DIR *d;
+
+	if (p->reaped && now - p->reaped < REAP_EVERY_NS)
+		return;
+	p->reaped = now; /* only the sweeper calls this */
+	d = opendir(p->root);
+	while (d && (de = readdir(d))) {
+		const char *host = de->d_name + strlen(".lock.");
+
+		if (!strncmp(de->d_name, ".lock.", strlen(".lock.")) && *host &&
+		    strcmp(host, p->host))
+			reap_host(p, dirfd(d), de->d_name, host);
+	}
+	if (d)
+		closedir(d);
 }

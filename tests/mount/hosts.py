@@ -292,6 +292,51 @@ def test_index_across_mount_paths():
             same(read_file(ha.path(bid)), data, 'block %s after the restart' % bid)
 
 
+def temp_files(store, host):
+    """The temp files of `host` in a STORE."""
+    data = os.path.join(store, 'data')
+    return [n for d in os.listdir(data) if len(d) == 3
+            for n in os.listdir(os.path.join(data, d)) if '.tmp.%s.' % host in n]
+
+
+def test_killed_host_temp_files_removed():
+    """kill -9 of hA in the middle of writing a 128 MiB block (larger than its memory, so it
+    goes to the STORE as it comes): hB removes the temp file it left within seconds, and
+    never one of a host that is alive."""
+    ha, hb = hosts(opts='mem_size=32M')
+    with ha, hb:
+        live = rand_id()
+        fb = os.open(hb.path(live), os.O_WRONLY | os.O_CREAT)
+        try:
+            os.ftruncate(fb, 128 * MiB)
+            os.pwrite(fb, pattern(40 * MiB, 9), 0)   # hB's own temp file, in the STORE
+            fa = os.open(ha.path(rand_id()), os.O_WRONLY | os.O_CREAT)
+            os.ftruncate(fa, 128 * MiB)
+            for off in range(0, 64 * MiB, 4 * MiB):
+                os.pwrite(fa, pattern(4 * MiB, off), off)
+            check(wait_until(lambda: temp_files(ha.store, 'hA'), SETTLE),
+                  'hA wrote no temp file into the STORE')
+            ha.kill9()
+            try:
+                os.close(fa)
+            except OSError:
+                pass
+            check(wait_until(lambda: not temp_files(ha.store, 'hA'), 15 * SLOW),
+                  'the temp files of the killed hA are still there: %s' %
+                  temp_files(ha.store, 'hA'))
+            check(temp_files(hb.store, 'hB'), 'the temp file of hB, which is alive, is gone')
+            os.pwrite(fb, pattern(88 * MiB, 10), 40 * MiB)
+        finally:
+            try:
+                os.close(fb)   # after a failure above the block is incomplete: EIO
+            except OSError:
+                pass
+        want = pattern(40 * MiB, 9) + pattern(88 * MiB, 10)
+        same(read_file(hb.path(live)), want, 'the block hB wrote meanwhile')
+        check(metric(hb, 'ucmfs_temp_files_removed_total') >= 1,
+              'ucmfs_temp_files_removed_total did not count it')
+
+
 if __name__ == '__main__':
     if os.path.exists('/dev/fuse'):
         try:
@@ -303,4 +348,5 @@ if __name__ == '__main__':
             sys.exit(1)
     run([test_commit_seen_by_other_host, test_miss_costs_one_store_lookup,
          test_replacement_by_other_host, test_same_id_on_both_hosts, test_remove_by_other_host,
-         test_dead_store_file_not_served, test_index_across_mount_paths])
+         test_dead_store_file_not_served, test_index_across_mount_paths,
+         test_killed_host_temp_files_removed])
