@@ -193,6 +193,9 @@ static int pipe_open(struct tier *t, const struct blockid *id, unsigned flags,
 		free(h);
 		return rc;
 	}
+	/* a shared store learns which blocks the hosts use from this (tiers/posix_shared.c) */
+	if (p->shared && p->below && p->below->ops->touch && !(flags & TIER_OPEN_INTERNAL))
+		p->below->ops->touch(p->below, id);
 	*out = &h->base;
 	return 0;
 }

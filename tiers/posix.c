@@ -292,6 +292,43 @@ bool posix_index_drop(struct posix *p, const struct blockid *id, uint64_t ino)
 
 static uint64_t capacity_now(struct posix *p, uint64_t used);
 
+/* A shared STORE: did a host open the block within SHARED_USED_NS? Opens set the file's
+ * atime (posix_touch()); its atime at the commit is its mtime. */
+static bool shared_used(int64_t atime, int64_t fmtime)
+{
+	return atime > fmtime + 1000000000LL && atime > wall_ns() - SHARED_USED_NS;
+}
+
+/* Remove the file at path, if it is still version ino (0: whatever it is). On a shared STORE
+ * another host may have renamed a newer version over the name since this one was chosen:
+ * whatever is there is moved aside (a temp name of this host), and put back if it is newer;
+ * and an eviction (cold) leaves a file alone that a host used lately. */
+void posix_remove_file(struct posix *p, const char *path, uint64_t ino, bool cold)
+{
+	char trash[PATH_MAX];
+	struct stat st;
+
+	if (p->shared_ns < 0 || !ino) {
+		if (unlink(path) && errno != ENOENT)
+			log_warn("cannot remove %s: %s", path, strerror(errno));
+		return;
+	}
+	/* an eviction spares a newer version, and one that a host used since it was chosen */
+	if (cold && (lstat(path, &st) || st.st_ino != ino ||
+		     shared_used(timespec_ns(&st.st_atim), timespec_ns(&st.st_mtim))))
+		return;
+	snprintf(trash, sizeof(trash), "%s%s.%s.%d.%llu", path, TEMP_MARK, p->host, (int)getpid(),
+		 (unsigned long long)atomic_fetch_add(&p->temp_seq, 1));
+	if (rename(path, trash)) {
+		if (errno != ENOENT)
+			log_warn("cannot remove %s: %s", path, strerror(errno));
+		return;
+	}
+	if (lstat(trash, &st) == 0 && st.st_ino != ino && link(trash, path) && errno != EEXIST)
+		log_warn("cannot put %s back: %s", path, strerror(errno));
+	unlink(trash);
+}
+
 /*
  * Delete the files of blocks taken out of the index (expired, evicted, removed), each only if
  * no newer version of its id was published since: a commit renames its file into place under
@@ -299,15 +336,15 @@ static uint64_t capacity_now(struct posix *p, uint64_t used);
  * `bytes`, what the files take, was added to p->unlinking when they left the index: room is
  * not handed out again until the files are really gone (see make_room()).
  */
-static void unlink_blocks(struct posix *p, const struct blockid *ids, int n, uint64_t bytes)
+static void unlink_blocks(struct posix *p, const struct victim *v, int n, uint64_t bytes)
 {
 	for (int i = 0; i < n; i++) {
 		char path[PATH_MAX];
 
-		posix_block_path(p, &ids[i], path, sizeof(path));
+		posix_block_path(p, &v[i].id, path, sizeof(path));
 		pthread_mutex_lock(&p->lock);
-		if (!idmap_find(&p->map, &ids[i]) && unlink(path) && errno != ENOENT)
-			log_warn("cannot remove %s: %s", path, strerror(errno));
+		if (!idmap_find(&p->map, &v[i].id))
+			posix_remove_file(p, path, v[i].ino, v[i].cold);
 		pthread_mutex_unlock(&p->lock);
 	}
 	pthread_mutex_lock(&p->lock);
@@ -321,7 +358,7 @@ static void unlink_blocks(struct posix *p, const struct blockid *ids, int n, uin
  * Take expired blocks nobody reads out of the index, earliest deadline first, until `want`
  * bytes are freed or max ids are collected into ids. Returns how many. p->lock held.
  */
-static int take_expired(struct posix *p, int64_t now, struct blockid *ids, int max,
+static int take_expired(struct posix *p, int64_t now, struct victim *ids, int max,
 			uint64_t *freed, uint64_t want)
 {
 	struct dl_entry again[64];
@@ -348,7 +385,7 @@ static int take_expired(struct posix *p, int64_t now, struct blockid *ids, int m
 			continue;
 		}
 		*freed += PE(x)->phys;
-		ids[n++] = d.id;
+		ids[n++] = (struct victim){ d.id, PE(x)->ino, false };
 		counter_add(&p->expirations, 1);
 		index_del(p, PE(x));
 	}
@@ -372,7 +409,7 @@ static int take_expired(struct posix *p, int64_t now, struct blockid *ids, int m
  */
 static int make_room(struct posix *p, uint64_t need, uint64_t worst)
 {
-	struct blockid victims[64];
+	struct victim victims[64];
 	struct pentry *cand[64];
 	int64_t now = mono_ns();
 	uint64_t cap, want, want_worst, freed = 0, more = 0, spare = 0;
@@ -381,6 +418,12 @@ static int make_room(struct posix *p, uint64_t need, uint64_t worst)
 	pthread_mutex_lock(&p->lock);
 	while (p->unlinking)
 		pthread_cond_wait(&p->unlinked, &p->lock);
+	if (p->shared_ns >= 0 && __atomic_load_n(&p->lease_fd, __ATOMIC_RELAXED) < 0) {
+		/* a shared STORE: its reclaimer, which knows all of it, keeps it to capacity */
+		p->pending += need;
+		pthread_mutex_unlock(&p->lock);
+		return 0;
+	}
 	/* open reservations have been promised their room already */
 	cap = capacity_now(p, p->phys_used);
 	if (p->phys_used + p->pending + need <= cap) {
@@ -396,8 +439,8 @@ static int make_room(struct posix *p, uint64_t need, uint64_t worst)
 	 * the blocks beyond them that could go for the rest of `worst` */
 	for (struct pentry *e = p->lru.next; e != &p->lru && freed + more + spare < want_worst;
 	     e = e->next) {
-		if (e->opens)
-			continue;
+		if (e->opens || (p->shared_ns >= 0 && shared_used(e->atime, e->fmtime)))
+			continue; /* read here, or (shared) used lately by some host */
 		if (freed + more >= want) {
 			spare += e->phys;
 		} else if (nc < 64) {
@@ -411,7 +454,7 @@ static int make_room(struct posix *p, uint64_t need, uint64_t worst)
 		rc = -ENOSPC;
 	} else {
 		for (int i = 0; i < nc && nv < 64; i++) {
-			victims[nv++] = cand[i]->node.id;
+			victims[nv++] = (struct victim){ cand[i]->node.id, cand[i]->ino, true };
 			freed += cand[i]->phys;
 			counter_add(&p->evictions, 1);
 			index_del(p, cand[i]);
@@ -422,6 +465,11 @@ static int make_room(struct posix *p, uint64_t need, uint64_t worst)
 	pthread_mutex_unlock(&p->lock);
 	unlink_blocks(p, victims, nv, freed);
 	return rc;
+}
+
+void posix_trim(struct posix *p)
+{
+	make_room(p, 0, 0);
 }
 
 /* Give back room promised to a reservation. */
@@ -1534,8 +1582,10 @@ static int posix_commit(struct tier_handle *th, const struct block_meta *meta, u
 		goto err_io;
 	}
 	/* the rename moved the file's ctime: the index snapshot identifies files by it */
-	if (fstat(h->fd, &st) == 0)
+	if (fstat(h->fd, &st) == 0) {
 		e->ctime = timespec_ns(&st.st_ctim);
+		e->fmtime = timespec_ns(&st.st_mtim);
+	}
 	seq = e->seq = ++p->commit_seq;
 	posix_index_put(p, e);
 	pthread_mutex_unlock(&p->lock);
@@ -1592,13 +1642,15 @@ static int posix_remove(struct tier *t, const struct blockid *id)
 	}
 	p->unlinking += phys;
 	pthread_mutex_unlock(&p->lock);
-	unlink_blocks(p, id, 1, phys);
+	unlink_blocks(p, &(struct victim){ *id, 0, false }, 1, phys); /* whatever is there: rm */
 	return live ? 0 : -ENOENT; /* an expired block is already absent */
 }
 
 static int posix_touch(struct tier *t, const struct blockid *id)
 {
 	struct posix *p = posix_of(t);
+	int64_t now = wall_ns();
+	bool tell = false;
 	struct idnode *n;
 
 	pthread_mutex_lock(&p->lock);
@@ -1606,10 +1658,23 @@ static int posix_touch(struct tier *t, const struct blockid *id)
 	if (n && is_expired(PE(n)->deadline, mono_ns()))
 		n = NULL;
 	if (n) {
-		PE(n)->atime = wall_ns();
+		PE(n)->atime = now;
 		posix_lru_touch(p, PE(n));
+		/* a shared STORE: the other hosts (its reclaimer) learn it from the file's atime */
+		tell = p->shared_ns >= 0 && now - PE(n)->touched > SHARED_TOUCH_NS;
+		if (tell)
+			PE(n)->touched = now;
 	}
 	pthread_mutex_unlock(&p->lock);
+	if (tell) {
+		struct timespec ts[2] = { { .tv_sec = now / 1000000000, .tv_nsec = now % 1000000000 },
+					  { .tv_nsec = UTIME_OMIT } };
+		char path[PATH_MAX];
+
+		posix_block_path(p, id, path, sizeof(path));
+		if (utimensat(AT_FDCWD, path, ts, AT_SYMLINK_NOFOLLOW))
+			log_debug("cannot set the atime of %s: %s", path, strerror(errno));
+	}
 	return n ? 0 : -ENOENT;
 }
 
@@ -1666,8 +1731,10 @@ static int posix_set_deadline(struct tier *t, const struct blockid *id, int64_t 
 	}
 	pthread_mutex_lock(&p->lock);
 	n = idmap_find(&p->map, id);
-	if (n && p->layout == LAYOUT_NATIVE && PE(n)->ino == (uint64_t)st.st_ino)
+	if (n && p->layout == LAYOUT_NATIVE && PE(n)->ino == (uint64_t)st.st_ino) {
 		PE(n)->ctime = timespec_ns(&st.st_ctim);
+		PE(n)->fmtime = timespec_ns(&st.st_mtim);
+	}
 	if (n) {
 		PE(n)->deadline = deadline;
 		if (deadline)
@@ -1682,7 +1749,7 @@ static int posix_set_deadline(struct tier *t, const struct blockid *id, int64_t 
 static void posix_sweep(struct tier *t)
 {
 	struct posix *p = posix_of(t);
-	struct blockid ids[64];
+	struct victim ids[64];
 	uint64_t freed;
 	int n;
 
@@ -1694,8 +1761,10 @@ static void posix_sweep(struct tier *t)
 		pthread_mutex_unlock(&p->lock);
 		unlink_blocks(p, ids, n, freed);
 	} while (n == 64);
-	if (p->shared_ns >= 0)
+	if (p->shared_ns >= 0) {
 		posix_shared_reap(p);
+		posix_reclaim(p);
+	}
 }
 
 static int posix_sync(struct tier *t, const struct blockid *id)
@@ -1761,11 +1830,11 @@ static int posix_list_shard(struct tier *t, unsigned shard, tier_list_fn fn, voi
 /* Capacity in physical bytes given `used`: disk_size, or until the filesystem has 5% free. */
 static uint64_t capacity_now(struct posix *p, uint64_t used)
 {
+	uint64_t total, avail, reserve, cap = __atomic_load_n(&p->capacity, __ATOMIC_RELAXED);
 	struct statvfs sv;
-	uint64_t total, avail, reserve;
 
-	if (p->capacity)
-		return p->capacity;
+	if (cap)
+		return cap; /* disk_size= (of a shared STORE: the least of its live hosts') */
 	if (statvfs(p->data, &sv))
 		return UINT64_MAX;
 	total = (uint64_t)sv.f_blocks * sv.f_frsize;
@@ -1788,6 +1857,11 @@ static uint64_t common_size(struct posix *p)
 		votes += e->size == cand ? 1 : -1u;
 	}
 	return cand;
+}
+
+uint64_t posix_capacity(struct posix *p, uint64_t used)
+{
+	return capacity_now(p, used);
 }
 
 static int posix_usage(struct tier *t, struct tier_usage *u)
@@ -1818,6 +1892,7 @@ static void posix_destroy(struct tier *t)
 	struct posix *p = posix_of(t);
 
 	posix_save_index(p);
+	posix_reclaim_stop(p);
 	io_engine_destroy(p->io);
 	idmap_foreach_safe(&p->map, drop_entry, &p->map);
 	idmap_destroy(&p->map);
@@ -1835,6 +1910,32 @@ static void posix_destroy(struct tier *t)
 	free(p->root);
 	free(p->data);
 	free(p);
+}
+
+/* A shared STORE's own figures, labelled by its identity alone: every host reports the same
+ * ones, so a dashboard takes one of them (max by store_id), never their sum. */
+static void shared_metrics(struct posix *p, struct metrics *m)
+{
+	char hex[BLOCKID_HEX_LEN + 1], l[64];
+	struct store_usage u;
+	struct blockid id;
+
+	memcpy(id.b, p->store_id, sizeof(id.b));
+	blockid_format(&id, hex);
+	snprintf(l, sizeof(l), "store_id=\"%s\"", hex);
+	pthread_mutex_lock(&p->lock);
+	u = p->usage;
+	pthread_mutex_unlock(&p->lock);
+	metrics_gauge(m, "ucmfs_store_blocks", "Blocks in the shared STORE, all hosts' (from its "
+		      "reclaimer's last walk).", l, (double)u.blocks);
+	metrics_gauge(m, "ucmfs_store_bytes", "Bytes the shared STORE's block files take.", l,
+		      (double)u.bytes);
+	metrics_gauge(m, "ucmfs_store_capacity_bytes", "Capacity of the shared STORE.", l,
+		      (double)u.capacity);
+	metrics_gauge(m, "ucmfs_store_usage_age_seconds", "Age of the shared STORE's figures "
+		      "(-1: none yet).", l, u.at ? (double)(wall_ns() / 1000000000 - u.at) : -1.0);
+	metrics_gauge(m, "ucmfs_store_reclaimer", "1 on the host that reclaims for the shared "
+		      "STORE.", l, __atomic_load_n(&p->lease_fd, __ATOMIC_RELAXED) >= 0 ? 1.0 : 0.0);
 }
 
 static void posix_metrics(struct tier *t, struct metrics *m)
@@ -1874,6 +1975,8 @@ static void posix_metrics(struct tier *t, struct metrics *m)
 				"Block files looked up on a shared STORE: for an id this host did "
 				"not know, or knew for longer than shared= allows.", l,
 				counter_get(&p->store_lookups));
+	if (p->shared_ns >= 0)
+		shared_metrics(p, m);
 	metrics_gauge(m, "ucmfs_tier_blocks", "Committed blocks resident in the tier.", l,
 		      (double)u.blocks);
 	metrics_gauge(m, "ucmfs_tier_bytes", "Bytes the tier holds.", l, (double)u.used);
@@ -1938,7 +2041,7 @@ const struct tier_ops tier_posix_ops = {
  * to finish writing its blocks (an unmount returns before the daemon has exited). */
 static int lock_store(struct posix *p, unsigned wait_s)
 {
-	char path[PATH_MAX], pid[32];
+	char path[PATH_MAX], pid[64];
 	int64_t give_up = mono_ns() + (int64_t)wait_s * 1000000000;
 	bool said = false;
 
@@ -1968,7 +2071,8 @@ static int lock_store(struct posix *p, unsigned wait_s)
 		usleep(50000);
 	}
 	p->locked = true;
-	snprintf(pid, sizeof(pid), "%d\n", (int)getpid());
+	snprintf(pid, sizeof(pid), "%d\ndisk_size=%llu\n", (int)getpid(),
+		 (unsigned long long)p->capacity);
 	if (ftruncate(p->lock_fd, 0) == 0 && pwrite(p->lock_fd, pid, strlen(pid), 0) < 0)
 		log_debug("cannot write pid to %s", path);
 	return 0;
@@ -2073,7 +2177,9 @@ int posix_create(const struct posix_config *cfg, struct tier **out)
 	p->lru.next = p->lru.prev = &p->lru;
 	p->layout = cfg->layout;
 	p->durable = cfg->durable;
-	p->capacity = cfg->capacity;
+	p->capacity = p->own_capacity = cfg->capacity;
+	p->lease_fd = -1;
+	p->walk_shard = BLOCKID_SHARDS;
 	p->shared_ns = cfg->shared ? cfg->shared_check_ms * 1000000 : -1;
 	if (gethostname(p->host, sizeof(p->host) - 1) || !p->host[0])
 		snprintf(p->host, sizeof(p->host), "localhost");

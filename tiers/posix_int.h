@@ -34,12 +34,34 @@ struct pentry {
 	int64_t mtime, atime, deadline, ctime; /* atime, ctime: wall; deadline: mono */
 	uint64_t seq;               /* commit number (posix.c, "Durability"); 0: found at start */
 	int64_t checked;            /* shared STORE: when the file was last seen (mono) */
+	int64_t fmtime;             /* the file's own mtime: with ino, what a shared STORE's
+				       check compares (a touch of its atime moves ctime, not it) */
+	int64_t touched;            /* shared: when this host last set the file's atime (wall) */
+	uint32_t round;             /* shared: the reclaimer's walk that last saw it */
 	uint32_t codec;
 	uint32_t opens;             /* read handles on this version: never evicted */
 	bool expired_held;          /* expired, kept for its readers: not counted as a block */
 };
 
 #define PE(n) ((struct pentry *)((char *)(n) - offsetof(struct pentry, node)))
+
+/* A block file to remove: id, and its version (0: whatever file has the name); cold: an
+ * eviction, which on a shared STORE spares a file that a host opened lately (SHARED_USED_NS). */
+struct victim {
+	struct blockid id;
+	uint64_t ino;
+	bool cold;
+};
+
+#define SHARED_USED_NS (60 * 1000000000LL) /* shared: "used lately" */
+#define SHARED_TOUCH_NS (10 * 1000000000LL) /* shared: a host says it uses a block this often */
+
+/* The figures of a shared STORE as a whole, from its reclaimer (STORE/.usage). */
+struct store_usage {
+	uint64_t blocks, bytes, capacity;
+	int64_t at;                 /* wall s of the walk they come from; 0: none yet */
+	char holder[HOST_NAME_MAX + 1];
+};
 
 struct posix {
 	struct tier tier;
@@ -88,6 +110,13 @@ struct posix {
 	uint8_t shards[BLOCKID_SHARDS / 8]; /* protected by shards_lock, as the one below */
 	int64_t shards_read;     /* when, mono; 0: never */
 	int64_t reaped;          /* shared: when the other hosts' locks were last looked at */
+	/* shared: one capacity, one reclaimer (posix_reclaim.c); all but usage: the sweeper's */
+	uint64_t own_capacity;   /* this host's disk_size= (0: keep 5% free) */
+	int lease_fd;            /* STORE/.reclaim while this host holds the lease, else -1 */
+	unsigned walk_shard;     /* next shard of the walk; BLOCKID_SHARDS: between walks */
+	uint32_t walk_round;     /* walks begun */
+	int64_t walk_started, walk_ended, usage_read, lease_tried; /* mono */
+	struct store_usage usage; /* protected by lock */
 };
 
 int posix_fsync_dir(const char *path);
@@ -116,9 +145,26 @@ int posix_entry_read(struct posix *p, int fd, const struct blockid *id, struct p
 int posix_shared_lookup(struct posix *p, const struct blockid *id, struct block_attr *attr);
 /* List the block files of one shard directory of the STORE. 0 or -errno. */
 int posix_shared_list(struct posix *p, unsigned shard, tier_list_fn fn, void *arg);
-/* Remove the temp files of hosts whose daemon died (at most every few seconds). */
+/* Remove the temp files of hosts whose daemon died, and learn the live hosts' disk_size=
+ * (at most every few seconds). */
 void posix_shared_reap(struct posix *p);
-/* What a daemon writes into its STORE/.lock.<host> when it stops cleanly. */
+/* Does the STORE have the directory of this shard (read at most every shared_ns)? */
+bool posix_shard_exists(struct posix *p, unsigned shard);
+/* The reclaimer (tiers/posix_reclaim.c): take the lease if it is free; if held, walk a slice
+ * of the STORE, and at the end of a walk publish the usage and trim to capacity. Every host:
+ * read the published usage. */
+void posix_reclaim(struct posix *p);
+void posix_reclaim_stop(struct posix *p);
+/* Capacity in physical bytes given `used` (posix.c). */
+uint64_t posix_capacity(struct posix *p, uint64_t used);
+/* Remove the file of a block if it is still version ino (posix.c). p->lock held. */
+void posix_remove_file(struct posix *p, const char *path, uint64_t ino, bool cold);
+/* Remove the coldest blocks the index holds until it fits the capacity (posix.c). */
+void posix_trim(struct posix *p);
+/* Order the recency list by atime, oldest first (posix_scan.c). p->lock held. */
+void posix_sort_recency(struct posix *p);
+/* What a daemon writes into its STORE/.lock.<host>: "<pid>\ndisk_size=<bytes>\n" while it
+ * runs, this when it stops cleanly. */
 #define LOCK_STOPPED "stopped\n"
 
 /* Rebuild the index at start (tiers/posix_scan.c). 0 or -errno (logged). */

@@ -318,6 +318,7 @@ int posix_entry_read(struct posix *p, int fd, const struct blockid *id, struct p
 	e->ino = st.st_ino;
 	e->atime = timespec_ns(&st.st_atim);
 	e->ctime = timespec_ns(&st.st_ctim);
+	e->fmtime = timespec_ns(&st.st_mtim);
 	e->checked = mono_ns();
 	if (p->layout == LAYOUT_UCM) {
 		e->size = e->stored = (uint64_t)st.st_size;
@@ -494,7 +495,7 @@ static int by_atime(const void *a, const void *b)
 /* After the scan the recency list is in directory order: put it in the order of the files'
  * access times, so that the coldest blocks of the previous run are the first evicted. Left
  * as it is if there is no memory to sort it. p->lock held. */
-static void sort_recency(struct posix *p)
+void posix_sort_recency(struct posix *p)
 {
 	size_t n = 0, i;
 	struct pentry **v = malloc((p->map.count + 1) * sizeof(*v));
@@ -584,7 +585,7 @@ int posix_scan(struct posix *p)
 		return atomic_load(&c.err);
 	}
 	pthread_mutex_lock(&p->lock);
-	sort_recency(p);
+	posix_sort_recency(p);
 	pthread_mutex_unlock(&p->lock);
 	log_info("store %s: %llu blocks, %llu bytes on disk (%llu from the index saved at the "
 		 "last stop; scanned in %.2f s)", p->root, (unsigned long long)p->map.count,

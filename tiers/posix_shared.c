@@ -13,8 +13,9 @@
  *            it joins the index; not found, nothing is remembered: the next lookup asks again,
  *            since another host may commit the block at any moment.
  *   check    an entry last seen more than shared_ns ago is looked at again before it answers:
- *            no file -> the entry is dropped (ENOENT); another inode or ctime (a replacement,
- *            or a TTL written by another host) -> the header is read again; else seen now.
+ *            no file -> the entry is dropped (ENOENT); another inode or mtime (a replacement,
+ *            or a TTL written by another host) -> the header is read again; else seen now
+ *            (and its atime, which hosts move to say they use it, is taken).
  *   listing  a shard is listed from the STORE's directory, not from the index; which shard
  *            directories exist is read with one listing of the STORE, again once older than
  *            shared_ns (+ 100 ms: once per ls): on a distributed filesystem each missing
@@ -27,7 +28,8 @@
  *            filesystem's own timeout when the machine was lost). Every few seconds each
  *            host tries the others' locks; the one that gets such a lock removes that host's
  *            temp files while holding it (a restart of that host waits for it), then marks
- *            it "stopped".
+ *            it "stopped". A live host's lock says its disk_size=: the STORE's capacity is
+ *            the smallest of them (tiers/posix_reclaim.c keeps it).
  *
  * The file is read without p->lock; what was read goes into the index under it only if the
  * entry is still the one that was looked at (a commit of this host meanwhile wins).
@@ -67,14 +69,14 @@ int posix_shared_lookup(struct posix *p, const struct blockid *id, struct block_
 	struct idnode *n;
 	struct stat st;
 	uint64_t ino = 0;
-	int64_t ctime = 0;
+	int64_t fmtime = 0;
 	int fd, rc;
 
 	pthread_mutex_lock(&p->lock);
 	n = idmap_find(&p->map, id);
 	if (n) {
 		ino = PE(n)->ino;
-		ctime = PE(n)->ctime;
+		fmtime = PE(n)->fmtime;
 	}
 	pthread_mutex_unlock(&p->lock);
 
@@ -85,12 +87,15 @@ int posix_shared_lookup(struct posix *p, const struct blockid *id, struct block_
 		close(fd);
 		fd = -1;
 	}
-	if (fd >= 0 && ino && st.st_ino == ino && timespec_ns(&st.st_ctim) == ctime) {
+	if (fd >= 0 && ino && st.st_ino == ino && timespec_ns(&st.st_mtim) == fmtime) {
 		close(fd); /* the file this host knows */
 		pthread_mutex_lock(&p->lock);
 		n = idmap_find(&p->map, id);
-		if (n && PE(n)->ino == ino)
+		if (n && PE(n)->ino == ino) {
 			PE(n)->checked = mono_ns();
+			if (timespec_ns(&st.st_atim) > PE(n)->atime)
+				PE(n)->atime = timespec_ns(&st.st_atim);
+		}
 		rc = answer(p, id, attr);
 		pthread_mutex_unlock(&p->lock);
 		return rc;
@@ -122,8 +127,8 @@ int posix_shared_lookup(struct posix *p, const struct blockid *id, struct block_
 
 #define SHARDS_FRESH_NS 100000000LL /* 100 ms */
 
-/* Does the STORE have the directory of this shard? Errs on yes when it cannot tell. */
-static bool shard_exists(struct posix *p, unsigned shard)
+/* Errs on yes when it cannot tell. */
+bool posix_shard_exists(struct posix *p, unsigned shard)
 {
 	int64_t now = mono_ns();
 	bool yes;
@@ -161,7 +166,7 @@ int posix_shared_list(struct posix *p, unsigned shard, tier_list_fn fn, void *ar
 	struct dirent *de;
 	DIR *d;
 
-	if (!shard_exists(p, shard))
+	if (!posix_shard_exists(p, shard))
 		return 0;
 	snprintf(hex, sizeof(hex), "%03x", shard);
 	snprintf(dir, sizeof(dir), "%s/%s", p->data, hex);
@@ -209,22 +214,31 @@ static uint64_t remove_temps(struct posix *p, const char *host)
 	return n;
 }
 
-/* Look at the lock of one other host: if its daemon died, clean up after it. */
-static void reap_host(struct posix *p, int dfd, const char *name, const char *host)
+/* Look at the lock of one other host: if its daemon died, clean up after it; if it is alive,
+ * return the disk_size= it runs with (0: none). */
+static uint64_t reap_host(struct posix *p, int dfd, const char *name, const char *host)
 {
-	char state[32] = "";
+	char state[64] = "";
+	unsigned long long cap = 0;
 	struct stat a, b;
+	const char *c;
 	uint64_t n;
 	int fd = openat(dfd, name, O_RDWR | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
 
 	if (fd < 0)
-		return;
-	/* held: alive. Taken: its file must still be the lock (not replaced meanwhile) */
-	if (flock(fd, LOCK_EX | LOCK_NB) || fstat(fd, &a) || !S_ISREG(a.st_mode) ||
+		return 0;
+	if (flock(fd, LOCK_EX | LOCK_NB)) {
+		if (pread(fd, state, sizeof(state) - 1, 0) > 0 && (c = strstr(state, "disk_size=")))
+			cap = strtoull(c + strlen("disk_size="), NULL, 10);
+		close(fd);
+		return cap; /* held: alive */
+	}
+	/* taken: its file must still be the lock (not replaced meanwhile) */
+	if (fstat(fd, &a) || !S_ISREG(a.st_mode) ||
 	    fstatat(dfd, name, &b, AT_SYMLINK_NOFOLLOW) || a.st_ino != b.st_ino ||
 	    pread(fd, state, sizeof(state) - 1, 0) < 0 || !strcmp(state, LOCK_STOPPED)) {
 		close(fd);
-		return;
+		return 0;
 	}
 	n = remove_temps(p, host);
 	atomic_fetch_add(&p->temp_removed, n);
@@ -234,11 +248,13 @@ static void reap_host(struct posix *p, int dfd, const char *name, const char *ho
 		log_warn("store %s: cannot mark the lock of host %s as stopped: %s", p->root, host,
 			 strerror(errno));
 	close(fd); /* and with it the lock */
+	return 0;
 }
 
 void posix_shared_reap(struct posix *p)
 {
 	int64_t now = mono_ns();
+	uint64_t least = 0, cap;
 	struct dirent *de;
 	DIR *d;
 
@@ -246,13 +262,22 @@ void posix_shared_reap(struct posix *p)
 		return;
 	p->reaped = now; /* only the sweeper calls this */
 	d = opendir(p->root);
-	while (d && (de = readdir(d))) {
+	if (!d)
+		return;
+	while ((de = readdir(d))) {
 		const char *host = de->d_name + strlen(".lock.");
 
-		if (!strncmp(de->d_name, ".lock.", strlen(".lock.")) && *host &&
-		    strcmp(host, p->host))
-			reap_host(p, dirfd(d), de->d_name, host);
+		if (strncmp(de->d_name, ".lock.", strlen(".lock.")) || !*host ||
+		    !strcmp(host, p->host))
+			continue;
+		cap = reap_host(p, dirfd(d), de->d_name, host);
+		if (cap && (!least || cap < least))
+			least = cap;
 	}
-	if (d)
-		closedir(d);
+	closedir(d);
+	/* one capacity for the store: the smallest disk_size= of the live hosts */
+	cap = p->own_capacity;
+	if (least && (!cap || least < cap))
+		cap = least;
+	__atomic_store_n(&p->capacity, cap, __ATOMIC_RELAXED);
 }

@@ -122,20 +122,42 @@ def setup():
         VOLUMES[kind] = (GL.client(v), GL.client(v))
 
 
-def hosts(kind='distribute', opts='mem_size=64M', n=2):
+def hosts(kind='distribute', opts='mem_size=64M', n=2, first=''):
     """n ucmfs hosts (hA, hB, ...) sharing one fresh STORE on the volume, each through its
-    own client mount; not yet mounted."""
+    own client mount; not yet mounted. `first`: options of hA alone."""
     a, b = VOLUMES[kind]
     store = 'store-%s' % rand_id()[:8]
-    return [Mount('%s,%s' % (SHARED, opts), store=os.path.join((a, b)[i % 2], store),
-                  host='h%c' % (ord('A') + i)) for i in range(n)]
+    return [Mount(','.join(o for o in (SHARED, opts, first if i == 0 else '') if o),
+                  store=os.path.join((a, b)[i % 2], store), host='h%c' % (ord('A') + i))
+            for i in range(n)]
+
+
+def samples(m, name):
+    """{labels: value} of a metric in /.ucm/stats."""
+    text = read_file(m.path('.ucm/stats')).decode()
+    return {k: float(v) for k, v in
+            re.findall(r'^%s(\{[^}]*\})? (\S+)$' % re.escape(name), text, re.M)}
 
 
 def metric(m, name):
     """The sum of a metric's samples in /.ucm/stats."""
-    text = read_file(m.path('.ucm/stats')).decode()
-    vals = re.findall(r'^%s(?:\{[^}]*\})? (\S+)$' % re.escape(name), text, re.M)
-    return sum(float(v) for v in vals)
+    return sum(samples(m, name).values())
+
+
+def store_files(store):
+    """{id: bytes on disk} of the block files of a STORE."""
+    data = os.path.join(store, 'data')
+    out = {}
+    for d in os.listdir(data):
+        if len(d) != 3:
+            continue
+        for n in os.listdir(os.path.join(data, d)):
+            if '.tmp' not in n:
+                try:
+                    out[n] = os.stat(os.path.join(data, d, n)).st_blocks * 512
+                except FileNotFoundError:
+                    pass
+    return out
 
 
 def served(m, bid, want):
@@ -337,6 +359,112 @@ def test_killed_host_temp_files_removed():
               'ucmfs_temp_files_removed_total did not count it')
 
 
+def test_one_capacity_one_reclaimer():
+    """hA mounts with disk_size=8M: one reclaimer keeps the STORE as a whole (both hosts'
+    blocks) within 8 MiB, coldest first, never a block a host opened lately; both hosts
+    report the same store figures under one store_id, and exactly one reclaims."""
+    ha, hb = hosts(opts='mem_size=16M', first='disk_size=8M')
+    with ha, hb:
+        ids = [rand_id() for _ in range(12)]
+        write_file(ha.path(ids[0]), pattern(MiB, 0), fsync=True)
+        time.sleep(1.5)      # an open is told from the commit by the atime past the mtime
+        fd = os.open(hb.path(ids[0]), os.O_RDONLY)   # hB reads the oldest block
+        try:
+            os.pread(fd, 4096, 0)
+            for i, bid in enumerate(ids[1:], 1):
+                write_file((ha, hb)[i % 2].path(bid), pattern(MiB, i), fsync=True)
+            total = lambda: sum(store_files(ha.store).values())
+            check(wait_until(lambda: total() <= 8 * MiB, 20 * SLOW),
+                  'the STORE holds %d bytes, above disk_size=8M of hA' % total())
+            left = store_files(ha.store)
+            check(ids[0] in left, 'the block hB opened was evicted')
+            check(all(b in left for b in ids[-3:]), 'the newest blocks were evicted')
+            check(len(left) >= 6, 'only %d blocks left: more evicted than needed' % len(left))
+        finally:
+            os.close(fd)
+        reclaimers = [metric(h, 'ucmfs_store_reclaimer') for h in (ha, hb)]
+        check(sorted(reclaimers) == [0, 1], 'reclaimers per host: %r' % reclaimers)
+
+        def figures_agree():
+            got = [samples(h, 'ucmfs_store_blocks') for h in (ha, hb)]
+            return got[0] == got[1] and list(got[0].values()) == [len(store_files(ha.store))]
+        check(wait_until(figures_agree, 10 * SLOW), 'store figures: hA %r, hB %r, files %d' % (
+            samples(ha, 'ucmfs_store_blocks'), samples(hb, 'ucmfs_store_blocks'),
+            len(store_files(ha.store))))
+        caps = [metric(h, 'ucmfs_store_capacity_bytes') for h in (ha, hb)]
+        check(caps == [8 * MiB, 8 * MiB], 'store capacity per host: %r' % caps)
+
+
+def test_reclaimer_killed():
+    """kill -9 of the host that reclaims: another takes the lease within seconds and keeps
+    the STORE within its capacity."""
+    ha, hb = hosts(opts='mem_size=16M,disk_size=6M')
+    with ha, hb:
+        check(wait_until(lambda: metric(ha, 'ucmfs_store_reclaimer') +
+                         metric(hb, 'ucmfs_store_reclaimer') == 1, 10 * SLOW),
+              'no host took the lease')
+        holder, other = (ha, hb) if metric(ha, 'ucmfs_store_reclaimer') else (hb, ha)
+        holder.kill9()
+        check(wait_until(lambda: metric(other, 'ucmfs_store_reclaimer') == 1, 10 * SLOW),
+              '%s did not take over the lease' % other.host)
+        for i in range(10):
+            write_file(other.path(rand_id()), pattern(MiB, 20 + i), fsync=True)
+        total = lambda: sum(store_files(other.store).values())
+        check(wait_until(lambda: total() <= 6 * MiB, 20 * SLOW),
+              'the STORE holds %d bytes after the reclaimer died' % total())
+
+
+def brick_pids(volume):
+    """[pid of brick 0, pid of brick 1] of a volume (0: down)."""
+    xml = gluster('volume', 'status', volume, '--xml').stdout
+    return [int(p) for p in re.findall(r'<node>.*?<path>[^<]*-b\d</path>.*?<pid>(-?\d+)</pid>',
+                                       xml, re.S)]
+
+
+def test_brick_killed_and_healed():
+    """On the replica 2 volume: a brick killed while the hosts write and read, started again
+    and healed, then the other brick killed: every block is served with its bytes by both
+    hosts throughout."""
+    ha, hb = hosts('replica')
+    vol = GL.volumes[1]
+    with ha, hb:
+        blocks = {}
+        for i in range(6):
+            bid = rand_id()
+            blocks[bid] = pattern(512 * KiB, 40 + i)
+            write_file((ha, hb)[i % 2].path(bid), blocks[bid], fsync=True)
+        pids = brick_pids(vol)
+        check(len(pids) == 2 and all(p > 0 for p in pids), 'bricks of %s: %r' % (vol, pids))
+        os.kill(pids[1], 9)   # the second: replica 2 keeps writing while the first is up
+        for i in range(6):
+            bid = rand_id()
+            blocks[bid] = pattern(512 * KiB, 50 + i)
+            write_file((ha, hb)[i % 2].path(bid), blocks[bid], fsync=True)
+        for h in (ha, hb):
+            for bid, data in blocks.items():
+                check(wait_until(lambda: served(h, bid, data), SETTLE),
+                      '%s, one brick down: block %s' % (h.host, bid))
+        gluster('volume', 'start', vol, 'force')
+
+        def healed():
+            # asked again until the self-heal daemon has reconnected to the brick
+            gluster('volume', 'heal', vol, check_rc=False)
+            out = gluster('volume', 'heal', vol, 'info', check_rc=False).stdout
+            counts = re.findall(r'Number of entries: (\d+)', out)
+            return len(counts) == 2 and counts == ['0', '0']
+        check(wait_until(healed, 90 * SLOW, step=2), 'the volume did not heal within 90 s')
+        for h in (ha, hb):
+            h.remount()       # memory empty: every read below comes from the volume
+        pids = brick_pids(vol)
+        os.kill(pids[0], 9)   # now only the healed brick has the bytes
+        try:
+            for h in (ha, hb):
+                for bid, data in blocks.items():
+                    same(read_file(h.path(bid)), data, '%s, healed brick alone: %s' % (h.host, bid))
+        finally:
+            gluster('volume', 'start', vol, 'force')
+
+
 if __name__ == '__main__':
     if os.path.exists('/dev/fuse'):
         try:
@@ -349,4 +477,5 @@ if __name__ == '__main__':
     run([test_commit_seen_by_other_host, test_miss_costs_one_store_lookup,
          test_replacement_by_other_host, test_same_id_on_both_hosts, test_remove_by_other_host,
          test_dead_store_file_not_served, test_index_across_mount_paths,
-         test_killed_host_temp_files_removed])
+         test_killed_host_temp_files_removed, test_one_capacity_one_reclaimer,
+         test_reclaimer_killed, test_brick_killed_and_healed])
