@@ -10,6 +10,7 @@ glusterfs-client) the file is skipped with that reason.
 import atexit
 import errno
 import os
+import random
 import re
 import shutil
 import subprocess
@@ -18,8 +19,8 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from ucmtest import (KiB, MiB, SLOW, Mount, check, expect_errno, pattern, rand_id, read_file,
-                     run, same, wait_until, write_file)
+from ucmtest import (KiB, MiB, SLOW, Mount, case, check, expect_errno, pattern, rand_id,
+                     read_file, run, same, wait_until, write_file)
 
 # how long a host may go on answering from what it knew: the shared= bound of these mounts,
 # plus the time a dump takes to reach the volume
@@ -29,6 +30,9 @@ SETTLE = 10 * SLOW
 # a host name GlusterFS takes for this machine: it refuses 'localhost' and '127.0.0.1'
 SERVER = '127.0.0.2'
 GLUSTER_MOUNT_OPTS = 'attribute-timeout=0,entry-timeout=0,negative-timeout=0'
+# blocks each host writes in the model check: 100 in the test run, 1,000 in suite 'slow'
+# (mount-hosts-model-long), any number by hand
+MODEL_BLOCKS = int(os.environ.get('UCMFS_HOSTS_BLOCKS', '100'))
 
 
 def sh(args, timeout=60, check_rc=True):
@@ -414,6 +418,80 @@ def test_reclaimer_killed():
               'the STORE holds %d bytes after the reclaimer died' % total())
 
 
+@case(timeout=900)
+def test_model_two_hosts_sigkill():
+    """The model check across hosts: hA and hB each write MODEL_BLOCKS blocks (half of them
+    fsynced, some ids again on the other host with the same bytes, as content addressing
+    has it) and read random ones through either host, while either host is SIGKILLed now and
+    then, between operations or in the middle of a write, and started again. No fsynced block
+    is ever missing on either host, and no read ever returns bytes other than its block's."""
+    seed = int(os.environ.get('UCMFS_HOSTS_SEED', '0')) or random.randrange(1, 1 << 30)
+    rng = random.Random(seed)
+    where = 'seed %d (UCMFS_HOSTS_SEED=%d replays it)' % (seed, seed)
+    hs = hosts(opts='mem_size=32M')
+    content = {}      # id -> bytes: one content per id
+    synced = set()    # fsynced: served whole by both hosts from then on
+    torn = set()      # written in part when their host was killed: never served
+    written = [0, 0]
+    kills = 0
+
+    def data_of(bid):
+        if bid not in content:
+            content[bid] = pattern(rng.choice((4 * KiB, 16 * KiB, 64 * KiB, 200 * KiB)),
+                                   rng.randrange(1 << 30))
+        return content[bid]
+
+    def read_check(h, bid):
+        try:
+            got = read_file(h.path(bid))
+        except FileNotFoundError:
+            check(bid not in synced, '%s: %s lost fsynced block %s' % (where, h.host, bid))
+            return
+        check(bid not in torn, '%s: %s serves a block torn by a kill: %s' % (
+            where, h.host, bid))
+        same(got, content[bid], '%s: %s reading %s' % (where, h.host, bid))
+
+    with hs[0], hs[1]:
+        while min(written) < MODEL_BLOCKS:
+            i = rng.randrange(2)
+            h, r = hs[i], rng.random()
+            if r < 0.45:
+                again = content and rng.random() < 0.1
+                bid = rng.choice(sorted(content)) if again else rand_id()
+                if bid in torn:
+                    continue
+                fsync = rng.random() < 0.5
+                write_file(h.path(bid), data_of(bid), fsync=fsync)
+                if fsync:
+                    synced.add(bid)
+                written[i] += 1
+            elif r < 0.985 and content:
+                read_check(h, rng.choice(sorted(content)))
+            elif r < 0.99:
+                bid = rand_id()
+                data = data_of(bid)
+                fd = os.open(h.path(bid), os.O_WRONLY | os.O_CREAT)
+                os.ftruncate(fd, len(data))
+                os.pwrite(fd, data[:len(data) // 2], 0)
+                torn.add(bid)
+                h.kill9()
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
+                h.start()
+                kills += 1
+            else:
+                h.kill9()
+                h.start()
+                kills += 1
+        for h in hs:
+            for bid in content:
+                read_check(h, bid)
+    print('# model: %d blocks written, %d fsynced, %d kills, %s' % (
+        sum(written), len(synced), kills, where))
+
+
 def brick_pids(volume):
     """[pid of brick 0, pid of brick 1] of a volume (0: down)."""
     xml = gluster('volume', 'status', volume, '--xml').stdout
@@ -478,4 +556,4 @@ if __name__ == '__main__':
          test_replacement_by_other_host, test_same_id_on_both_hosts, test_remove_by_other_host,
          test_dead_store_file_not_served, test_index_across_mount_paths,
          test_killed_host_temp_files_removed, test_one_capacity_one_reclaimer,
-         test_reclaimer_killed, test_brick_killed_and_healed])
+         test_reclaimer_killed, test_brick_killed_and_healed, test_model_two_hosts_sigkill])
