@@ -210,6 +210,8 @@ static const char usage_text[] =
 	"  --depth N        raw disk queue depth (default 16)\n"
 	"  --dir DIR        where the temporary STORE, plain dir and raw file go (default\n"
 	"                   /var/tmp); must not be tmpfs\n"
+	"  --store DIR      the same: any directory, e.g. on a distributed filesystem (with\n"
+	"                   --opts shared for a STORE that hosts share)\n"
 	"  --mnt DIR        use this mounted ucmfs instead of mounting one (no cold restarts)\n"
 	"  --ucmfs PATH     daemon (default: ucmfs beside this program)\n"
 	"  --nullfs PATH    FUSE floor server (default: nullfs beside this program)\n"
@@ -242,6 +244,7 @@ static int parse_args(int argc, char **argv, struct cfg *c)
 		{ "time", required_argument, NULL, O_TIME },
 		{ "depth", required_argument, NULL, O_DEPTH },
 		{ "dir", required_argument, NULL, O_DIR },
+		{ "store", required_argument, NULL, O_DIR },
 		{ "mnt", required_argument, NULL, O_MNT },
 		{ "ucmfs", required_argument, NULL, O_UCMFS },
 		{ "nullfs", required_argument, NULL, O_NULLFS },

@@ -499,6 +499,18 @@ def brick_pids(volume):
                                        xml, re.S)]
 
 
+def restart_brick(volume, i):
+    """Start brick i again once glusterd has seen it die (started before that, glusterd
+    takes the dying process for a running brick and leaves it down)."""
+    check(wait_until(lambda: brick_pids(volume)[i] <= 0, 30 * SLOW, step=0.5),
+          'glusterd never saw brick %d of %s die' % (i, volume))
+
+    def up():
+        gluster('volume', 'start', volume, 'force', check_rc=False)
+        return brick_pids(volume)[i] > 0
+    check(wait_until(up, 30 * SLOW, step=1), 'brick %d of %s did not start again' % (i, volume))
+
+
 def test_brick_killed_and_healed():
     """On the replica 2 volume: a brick killed while the hosts write and read, started again
     and healed, then the other brick killed: every block is served with its bytes by both
@@ -522,15 +534,16 @@ def test_brick_killed_and_healed():
             for bid, data in blocks.items():
                 check(wait_until(lambda: served(h, bid, data), SETTLE),
                       '%s, one brick down: block %s' % (h.host, bid))
-        gluster('volume', 'start', vol, 'force')
+        restart_brick(vol, 1)
+        info = ['']
 
         def healed():
             # asked again until the self-heal daemon has reconnected to the brick
             gluster('volume', 'heal', vol, check_rc=False)
-            out = gluster('volume', 'heal', vol, 'info', check_rc=False).stdout
-            counts = re.findall(r'Number of entries: (\d+)', out)
-            return len(counts) == 2 and counts == ['0', '0']
-        check(wait_until(healed, 90 * SLOW, step=2), 'the volume did not heal within 90 s')
+            info[0] = gluster('volume', 'heal', vol, 'info', check_rc=False).stdout
+            return re.findall(r'Number of entries: (\S+)', info[0]) == ['0', '0']
+        check(wait_until(healed, 90 * SLOW, step=2), 'the volume did not heal within 90 s: %s'
+              % ' '.join(info[0].split())[-300:])
         for h in (ha, hb):
             h.remount()       # memory empty: every read below comes from the volume
         pids = brick_pids(vol)
@@ -540,7 +553,7 @@ def test_brick_killed_and_healed():
                 for bid, data in blocks.items():
                     same(read_file(h.path(bid)), data, '%s, healed brick alone: %s' % (h.host, bid))
         finally:
-            gluster('volume', 'start', vol, 'force')
+            restart_brick(vol, 0)
 
 
 if __name__ == '__main__':
