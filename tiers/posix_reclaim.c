@@ -4,9 +4,11 @@
  * DESIGN
  *
  * The lease is STORE/.reclaim: the host that holds an flock on it reclaims, and keeps it while
- * its daemon lives. Every host's sweeper tries to take it every REAP_EVERY (posix_shared.c's
- * pace); the filesystem releases it when the holder dies (at once for a killed process, after
- * its own timeout for a lost machine), so another host takes over within seconds.
+ * its daemon lives, beating it (its mtime) every sweep. Every host's sweeper tries to take it
+ * every LEASE_EVERY_NS. The filesystem releases the lock at once when the holder's daemon is
+ * killed; a lost machine's lock stays until the filesystem's own timeout (GlusterFS: 42 s),
+ * so a lease not beaten for LEASE_STALE_NS is taken over by a new lease file renamed over
+ * it. Another host reclaims within seconds either way.
  *
  * The holder walks the STORE a slice per sweep (WALK_SLICE_NS): every shard directory, every
  * block file's inode. A file its index holds in the same version (inode and mtime) only gives
@@ -42,16 +44,20 @@
 #define WALK_SLICE_NS (200 * 1000000LL)    /* a sweep walks this long at most */
 #define WALK_PAUSE_NS (2 * 1000000000LL)   /* between two walks */
 #define USAGE_READ_NS (2 * 1000000000LL)   /* other hosts read STORE/.usage this often */
+#define LEASE_STALE_NS (10 * 1000000000LL) /* a lease not beaten for this long is taken over */
 
 static void lease_path(const struct posix *p, char *out, size_t len)
 {
 	snprintf(out, len, "%s/.reclaim", p->root);
 }
 
-/* Take the lease if it is free. */
+/* Take the lease: free, or stale (its holder stopped beating: a lost machine whose lock
+ * the filesystem keeps until its own timeout) - then a new lease file replaces it, and the
+ * old holder, should it wake up, finds its file no longer at the name (lease_valid()). */
 static void take_lease(struct posix *p)
 {
-	char path[PATH_MAX];
+	char path[PATH_MAX], tmp[PATH_MAX];
+	struct stat st;
 	int fd;
 
 	lease_path(p, path, sizeof(path));
@@ -59,8 +65,22 @@ static void take_lease(struct posix *p)
 	if (fd < 0)
 		return;
 	if (flock(fd, LOCK_EX | LOCK_NB)) {
+		bool stale = fstat(fd, &st) == 0 &&
+			     wall_ns() - timespec_ns(&st.st_mtim) > LEASE_STALE_NS;
+
 		close(fd);
-		return;
+		if (!stale)
+			return;
+		snprintf(tmp, sizeof(tmp), "%s%s.%s.%d", path, TEMP_MARK, p->host, (int)getpid());
+		fd = open(tmp, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
+		if (fd < 0 || flock(fd, LOCK_EX | LOCK_NB) || rename(tmp, path)) {
+			if (fd >= 0)
+				close(fd);
+			unlink(tmp);
+			return;
+		}
+		log_info("store %s: the reclaimer's lease had no heartbeat for %lld s: taken over",
+			 p->root, (long long)((wall_ns() - timespec_ns(&st.st_mtim)) / 1000000000));
 	}
 	__atomic_store_n(&p->lease_fd, fd, __ATOMIC_RELAXED); /* make_room() and metrics read it */
 	p->walk_shard = BLOCKID_SHARDS;
@@ -241,6 +261,8 @@ void posix_reclaim(struct posix *p)
 		p->lease_tried = now;
 		take_lease(p);
 	}
+	if (p->lease_fd >= 0 && futimens(p->lease_fd, NULL))
+		log_debug("store %s: cannot beat the lease: %s", p->root, strerror(errno));
 	if (p->lease_fd < 0) {
 		if (now - p->usage_read >= USAGE_READ_NS) {
 			p->usage_read = now;

@@ -37,11 +37,11 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <limits.h>
-#include <stdatomic.h>
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>

@@ -13,6 +13,7 @@ import os
 import random
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -492,6 +493,31 @@ def test_model_two_hosts_sigkill():
         sum(written), len(synced), kills, where))
 
 
+def test_reclaimer_stalled():
+    """The host that reclaims stops (SIGSTOP: a machine that hangs, whose lock the filesystem
+    keeps): another host takes the lease over within seconds (it has no heartbeat); the
+    stalled one, woken, finds its lease replaced and gives it up."""
+    ha, hb = hosts(opts='mem_size=16M')
+    with ha, hb:
+        check(wait_until(lambda: metric(ha, 'ucmfs_store_reclaimer') +
+                         metric(hb, 'ucmfs_store_reclaimer') == 1, 10 * SLOW),
+              'no host took the lease')
+        holder, other = (ha, hb) if metric(ha, 'ucmfs_store_reclaimer') else (hb, ha)
+        t0 = time.monotonic()
+        os.kill(holder.proc.pid, signal.SIGSTOP)
+        try:
+            check(wait_until(lambda: metric(other, 'ucmfs_store_reclaimer') == 1, 30 * SLOW),
+                  '%s did not take over the lease of the stalled %s' % (other.host,
+                                                                       holder.host))
+            took = time.monotonic() - t0
+        finally:
+            os.kill(holder.proc.pid, signal.SIGCONT)
+        check(took < 20, 'the lease took %.1f s to pass' % took)
+        check(wait_until(lambda: metric(holder, 'ucmfs_store_reclaimer') == 0, 10 * SLOW),
+              'the woken %s still says it reclaims' % holder.host)
+        check(metric(other, 'ucmfs_store_reclaimer') == 1, 'the lease left %s' % other.host)
+
+
 def brick_pids(volume):
     """[pid of brick 0, pid of brick 1] of a volume (0: down)."""
     xml = gluster('volume', 'status', volume, '--xml').stdout
@@ -569,4 +595,5 @@ if __name__ == '__main__':
          test_replacement_by_other_host, test_same_id_on_both_hosts, test_remove_by_other_host,
          test_dead_store_file_not_served, test_index_across_mount_paths,
          test_killed_host_temp_files_removed, test_one_capacity_one_reclaimer,
-         test_reclaimer_killed, test_brick_killed_and_healed, test_model_two_hosts_sigkill])
+         test_reclaimer_killed, test_reclaimer_stalled, test_brick_killed_and_healed,
+         test_model_two_hosts_sigkill])
