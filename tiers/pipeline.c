@@ -854,14 +854,15 @@ static int pipe_list_shard(struct tier *t, unsigned shard, tier_list_fn fn, void
 	struct pipeline *p = pipe_of(t);
 	struct idvec m = { 0 }, c = { 0 };
 
-	if (p->cache && p->shared) {
-		/* only copies whose version the shared store still has, or newer ones */
+	if (p->cache && p->shared && p->below) {
+		/* a clean copy is listed if the shared store lists its id (which costs no lookup
+		 * per block): only this host's blocks not yet below come from memory */
+		struct block_attr a;
+
 		p->cache->ops->list_shard(p->cache, shard, merge_add, &c);
-		for (size_t i = 0; i < c.n; i++) {
-			drop_stale(p, &c.v[i]);
-			if (p->cache->ops->lookup(p->cache, &c.v[i], NULL) == 0)
+		for (size_t i = 0; i < c.n; i++)
+			if (p->cache->ops->lookup(p->cache, &c.v[i], &a) == 0 && a.dirty)
 				merge_add(&c.v[i], &m);
-		}
 		idvec_free(&c);
 	} else if (p->cache) {
 		p->cache->ops->list_shard(p->cache, shard, merge_add, &m);

@@ -10,6 +10,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
+#include <limits.h>
 #include <math.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -343,9 +344,16 @@ static int unmount(const char *mnt, bool lazy)
 	return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
 }
 
+/* A FUSE filesystem mounted at mnt: its own device, not its parent's (which may be a FUSE
+ * filesystem too: --store on GlusterFS). */
 static bool is_fuse_mount(const char *mnt)
 {
-	return fs_type(mnt) == FUSE_MAGIC_;
+	char parent[PATH_MAX];
+	struct stat a, b;
+
+	snprintf(parent, sizeof(parent), "%s/..", mnt);
+	return fs_type(mnt) == FUSE_MAGIC_ && stat(mnt, &a) == 0 && stat(parent, &b) == 0 &&
+	       a.st_dev != b.st_dev;
 }
 
 int daemon_start(struct daemon *d, char *const argv[], const char *mnt, const char *log)

@@ -200,7 +200,7 @@ def test_commit_seen_by_other_host():
 
 def test_miss_costs_one_store_lookup():
     """Each id a host does not know costs one lookup on the shared filesystem, found or not;
-    asking again within the bound costs nothing more."""
+    asking again within the bound costs nothing more; ls costs none per block."""
     ha, hb = hosts()
     with ha, hb:
         ids = [rand_id() for _ in range(4)]
@@ -219,6 +219,16 @@ def test_miss_costs_one_store_lookup():
         check(size == 64 * KiB, 'size of a block found on the store: %d' % size)
         check(metric(hb, 'ucmfs_disk_store_lookups_total') == after,
               'a second stat within the bound asked the store again')
+        time.sleep(BOUND * 2)
+        for bid in ids[:2]:
+            read_file(hb.path(bid))
+        time.sleep(BOUND * 2)   # what hB knows is old now: a lookup would ask the store
+        before = metric(hb, 'ucmfs_disk_store_lookups_total')
+        listed = hb.blocks()
+        check(listed == sorted(ids[:2]), 'hB lists %r' % listed)
+        check(metric(hb, 'ucmfs_disk_store_lookups_total') == before,
+              'ls cost %d store lookups' % (metric(hb, 'ucmfs_disk_store_lookups_total') -
+                                            before))
 
 
 def test_replacement_by_other_host():
