@@ -132,10 +132,29 @@ static void pipe_present(struct tier *t, const struct blockid *ids, size_t n, ui
 {
 	struct pipeline *p = pipe_of(t);
 
-	if (p->shared) { /* each id checked against the shared store */
-		for (size_t i = 0; i < n; i++)
-			if (!hit[i])
+	if (p->shared && p->below) {
+		/* each id checked against the shared store: first all at once below (which
+		 * asks the store in parallel for what it does not know), then each in memory */
+		uint8_t *below = calloc(n ? n : 1, 1);
+
+		if (!below) {
+			for (size_t i = 0; i < n; i++)
+				if (!hit[i])
+					hit[i] = pipe_lookup(t, &ids[i], NULL) == 0;
+			return;
+		}
+		memcpy(below, hit, n);
+		p->below->ops->present(p->below, ids, n, below);
+		for (size_t i = 0; i < n; i++) {
+			if (hit[i])
+				continue;
+			/* in memory: compared with below; else below has answered already */
+			if (p->cache && p->cache->ops->lookup(p->cache, &ids[i], NULL) == 0)
 				hit[i] = pipe_lookup(t, &ids[i], NULL) == 0;
+			else
+				hit[i] = below[i];
+		}
+		free(below);
 		return;
 	}
 	if (p->cache)

@@ -572,15 +572,52 @@ static int posix_lookup(struct tier *t, const struct blockid *id, struct block_a
 	return ask ? posix_shared_lookup(p, id, attr) : rc;
 }
 
+/* A query of many ids on a shared STORE: lookups on PRESENT_THREADS threads at once, each a
+ * round trip to the shared filesystem for an id this host does not know. */
+#define PRESENT_THREADS 8
+#define PRESENT_PER_THREAD 8
+
+struct present_job {
+	struct tier *t;
+	const struct blockid *ids;
+	uint8_t *hit;
+	size_t n;
+	atomic_size_t next;
+};
+
+static void *present_worker(void *arg)
+{
+	struct present_job *j = arg;
+	size_t i;
+
+	while ((i = atomic_fetch_add(&j->next, 1)) < j->n)
+		if (!j->hit[i])
+			j->hit[i] = posix_lookup(j->t, &j->ids[i], NULL) == 0;
+	return NULL;
+}
+
+static void present_shared(struct tier *t, const struct blockid *ids, size_t n, uint8_t *hit)
+{
+	struct present_job j = { .t = t, .ids = ids, .hit = hit, .n = n };
+	pthread_t th[PRESENT_THREADS - 1];
+	size_t nth = n / PRESENT_PER_THREAD, started = 0;
+
+	if (nth > PRESENT_THREADS - 1)
+		nth = PRESENT_THREADS - 1;
+	while (started < nth && pthread_create(&th[started], NULL, present_worker, &j) == 0)
+		started++;
+	present_worker(&j);
+	while (started > 0)
+		pthread_join(th[--started], NULL);
+}
+
 static void posix_present(struct tier *t, const struct blockid *ids, size_t n, uint8_t *hit)
 {
 	struct posix *p = posix_of(t);
 	int64_t now = mono_ns();
 
 	if (p->shared_ns >= 0) {
-		for (size_t i = 0; i < n; i++)
-			if (!hit[i])
-				hit[i] = posix_lookup(t, &ids[i], NULL) == 0;
+		present_shared(t, ids, n, hit);
 		return;
 	}
 	pthread_mutex_lock(&p->lock);
