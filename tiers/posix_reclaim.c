@@ -196,7 +196,7 @@ static void write_usage(struct posix *p, const struct store_usage *u)
 /* Read STORE/.usage into p->usage. */
 static void read_usage(struct posix *p)
 {
-	char path[PATH_MAX], text[512], holder[HOST_NAME_MAX + 1] = "";
+	char path[PATH_MAX], text[512], holder[256] = ""; /* %255s below */
 	struct store_usage u = { 0 };
 	ssize_t n = -1;
 	int fd;
