@@ -137,19 +137,16 @@ static void pipe_present(struct tier *t, const struct blockid *ids, size_t n, ui
 		 * asks the store in parallel for what it does not know), then each in memory */
 		uint8_t *below = calloc(n ? n : 1, 1);
 
-		if (!below) {
-			for (size_t i = 0; i < n; i++)
-				if (!hit[i])
-					hit[i] = pipe_lookup(t, &ids[i], NULL) == 0;
-			return;
+		if (below) {
+			memcpy(below, hit, n);
+			p->below->ops->present(p->below, ids, n, below);
 		}
-		memcpy(below, hit, n);
-		p->below->ops->present(p->below, ids, n, below);
 		for (size_t i = 0; i < n; i++) {
 			if (hit[i])
 				continue;
-			/* in memory: compared with below; else below has answered already */
-			if (p->cache && p->cache->ops->lookup(p->cache, &ids[i], NULL) == 0)
+			/* in memory (compared with below), or no answer from below: one lookup */
+			if (!below ||
+			    (p->cache && p->cache->ops->lookup(p->cache, &ids[i], NULL) == 0))
 				hit[i] = pipe_lookup(t, &ids[i], NULL) == 0;
 			else
 				hit[i] = below[i];

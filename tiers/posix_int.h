@@ -148,8 +148,25 @@ int posix_shared_list(struct posix *p, unsigned shard, tier_list_fn fn, void *ar
 /* Remove the temp files of hosts whose daemon died, and learn the live hosts' disk_size=
  * (at most every few seconds). */
 void posix_shared_reap(struct posix *p);
-/* Does the STORE have the directory of this shard (read at most every shared_ns)? */
+/* The shard a directory name "<hex[0:3]>" stands for, or -1 (posix_scan.c). */
+int posix_shard_of_name(const char *name);
+/* Does the STORE have the directory of this shard (read at most every shared_ns; at the
+ * next call again after posix_shards_forget())? */
 bool posix_shard_exists(struct posix *p, unsigned shard);
+void posix_shards_forget(struct posix *p);
+/* Call fn for every block file (not temp files) of one shard directory of the STORE, until
+ * it returns non-zero. 0 or -errno of opening the directory (none: 0). */
+typedef int (*posix_file_fn)(struct posix *p, int dfd, const char *name,
+			     const struct blockid *id, void *arg);
+int posix_each_block_file(struct posix *p, unsigned shard, posix_file_fn fn, void *arg);
+/* p->lock held. The file of id is still version ino: its entry is seen now, with the file's
+ * atime if later than what it had. The entry, or NULL if it is no longer that version. */
+struct pentry *posix_entry_seen(struct posix *p, const struct blockid *id, uint64_t ino,
+				int64_t atime);
+/* p->lock held. What the STORE has for id replaces its entry (e; NULL: nothing, the entry is
+ * dropped) if the entry is still the one looked at (version ino; 0: none); else e is freed. */
+void posix_entry_replace(struct posix *p, const struct blockid *id, uint64_t ino,
+			 struct pentry *e);
 /* The reclaimer (tiers/posix_reclaim.c): take the lease if it is free; if held, walk a slice
  * of the STORE, and at the end of a walk publish the usage and trim to capacity. Every host:
  * read the published usage. */

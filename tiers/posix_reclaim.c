@@ -25,7 +25,6 @@
  * Other hosts never evict for room (make_room() admits): between two walks the STORE may
  * exceed its capacity by what the hosts write meanwhile.
  */
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -100,7 +99,8 @@ static bool lease_valid(struct posix *p)
 }
 
 /* Walk one block file: take its atime, or read it into the index. */
-static void walk_file(struct posix *p, int dfd, const char *name, const struct blockid *id)
+static int walk_file(struct posix *p, int dfd, const char *name, const struct blockid *id,
+		     void *arg)
 {
 	struct pentry *e = NULL;
 	struct idnode *n;
@@ -108,25 +108,23 @@ static void walk_file(struct posix *p, int dfd, const char *name, const struct b
 	uint64_t ino = 0;
 	int fd, rc;
 
+	(void)arg;
 	if (fstatat(dfd, name, &st, AT_SYMLINK_NOFOLLOW) || !S_ISREG(st.st_mode))
-		return;
+		return 0;
 	pthread_mutex_lock(&p->lock);
 	n = idmap_find(&p->map, id);
-	if (n && PE(n)->ino == (uint64_t)st.st_ino &&
-	    PE(n)->fmtime == timespec_ns(&st.st_mtim)) {
-		PE(n)->round = p->walk_round;
-		PE(n)->checked = mono_ns();
-		if (timespec_ns(&st.st_atim) > PE(n)->atime)
-			PE(n)->atime = timespec_ns(&st.st_atim);
+	if (n && PE(n)->fmtime == timespec_ns(&st.st_mtim) &&
+	    (e = posix_entry_seen(p, id, (uint64_t)st.st_ino, timespec_ns(&st.st_atim)))) {
+		e->round = p->walk_round;
 		pthread_mutex_unlock(&p->lock);
-		return;
+		return 0;
 	}
 	if (n)
 		ino = PE(n)->ino;
 	pthread_mutex_unlock(&p->lock);
 	fd = openat(dfd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
 	if (fd < 0)
-		return; /* removed meanwhile */
+		return 0; /* removed meanwhile */
 	rc = posix_entry_read(p, fd, id, &e);
 	close(fd);
 	if (rc == -ETIME) { /* expired, and no host knew it: nobody else will remove it */
@@ -139,36 +137,12 @@ static void walk_file(struct posix *p, int dfd, const char *name, const struct b
 		pthread_mutex_unlock(&p->lock);
 	}
 	if (rc)
-		return; /* damaged: left to readers, which quarantine it */
+		return 0; /* damaged: left to readers, which quarantine it */
 	e->round = p->walk_round;
 	pthread_mutex_lock(&p->lock);
-	n = idmap_find(&p->map, id);
-	if ((n ? PE(n)->ino == ino : !ino) && idmap_reserve(&p->map, id) == 0) {
-		posix_index_put(p, e);
-		e = NULL;
-	}
+	posix_entry_replace(p, id, ino, e);
 	pthread_mutex_unlock(&p->lock);
-	free(e);
-}
-
-static void walk_shard(struct posix *p, unsigned shard)
-{
-	char dir[PATH_MAX], hex[4];
-	struct dirent *de;
-	DIR *d;
-
-	snprintf(hex, sizeof(hex), "%03x", shard);
-	snprintf(dir, sizeof(dir), "%s/%s", p->data, hex);
-	d = opendir(dir);
-	while (d && (de = readdir(d))) {
-		struct blockid id;
-
-		if (de->d_name[0] != '.' && !strstr(de->d_name, TEMP_MARK) &&
-		    blockid_parse_name(de->d_name, &id) == 0 && !strncmp(de->d_name, hex, 3))
-			walk_file(p, dirfd(d), de->d_name, &id);
-	}
-	if (d)
-		closedir(d);
+	return 0;
 }
 
 /* Write the STORE's figures where every host reads them. */
@@ -276,15 +250,10 @@ void posix_reclaim(struct posix *p)
 		p->walk_round++;
 		p->walk_started = now;
 		p->walk_shard = 0;
-		pthread_mutex_lock(&p->shards_lock);
-		p->shards_read = 0; /* the shard directories as they are now */
-		pthread_mutex_unlock(&p->shards_lock);
+		posix_shards_forget(p); /* the shard directories as they are now */
 	}
-	while (p->walk_shard < BLOCKID_SHARDS && mono_ns() < until) {
-		if (posix_shard_exists(p, p->walk_shard))
-			walk_shard(p, p->walk_shard);
-		p->walk_shard++;
-	}
+	while (p->walk_shard < BLOCKID_SHARDS && mono_ns() < until)
+		posix_each_block_file(p, p->walk_shard++, walk_file, NULL);
 	if (p->walk_shard >= BLOCKID_SHARDS)
 		end_walk(p);
 }

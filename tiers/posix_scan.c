@@ -377,16 +377,16 @@ static int scan_block(struct posix *p, int dfd, const char *name, const char *di
 	}
 }
 
-static bool shard_name(const char *name)
+int posix_shard_of_name(const char *name)
 {
 	struct blockid id;
 	char hex[BLOCKID_HEX_LEN];
 
 	if (strlen(name) != 3)
-		return false;
+		return -1;
 	memcpy(hex, name, 3);
 	memset(hex + 3, '0', sizeof(hex) - 3);
-	return blockid_parse(hex, sizeof(hex), &id) == 0;
+	return blockid_parse(hex, sizeof(hex), &id) ? -1 : (int)blockid_shard(&id);
 }
 
 /* Index the blocks of one shard directory. 0 or -errno: a shard that cannot be read whole
@@ -538,7 +538,7 @@ int posix_scan(struct posix *p)
 		    (p->layout == LAYOUT_UCM && !strcmp(de->d_name, "quarantine")))
 			continue;
 		snprintf(path, sizeof(path), "%s/%s", p->data, de->d_name);
-		if (!shard_name(de->d_name)) {
+		if (posix_shard_of_name(de->d_name) < 0) {
 			atomic_fetch_add(&p->skipped, 1);
 			log_warn("skipped %s: not a shard directory name", path);
 			continue;

@@ -90,12 +90,7 @@ int posix_shared_lookup(struct posix *p, const struct blockid *id, struct block_
 	if (fd >= 0 && ino && st.st_ino == ino && timespec_ns(&st.st_mtim) == fmtime) {
 		close(fd); /* the file this host knows */
 		pthread_mutex_lock(&p->lock);
-		n = idmap_find(&p->map, id);
-		if (n && PE(n)->ino == ino) {
-			PE(n)->checked = mono_ns();
-			if (timespec_ns(&st.st_atim) > PE(n)->atime)
-				PE(n)->atime = timespec_ns(&st.st_atim);
-		}
+		posix_entry_seen(p, id, ino, timespec_ns(&st.st_atim));
 		rc = answer(p, id, attr);
 		pthread_mutex_unlock(&p->lock);
 		return rc;
@@ -108,9 +103,31 @@ int posix_shared_lookup(struct posix *p, const struct blockid *id, struct block_
 	if (rc == -ENOMEM)
 		return rc;
 	pthread_mutex_lock(&p->lock);
-	n = idmap_find(&p->map, id);
-	/* unless a commit of this host (or another lookup) came first, the STORE's answer
-	 * replaces what was looked at */
+	posix_entry_replace(p, id, ino, e);
+	rc = answer(p, id, attr);
+	pthread_mutex_unlock(&p->lock);
+	return rc;
+}
+
+struct pentry *posix_entry_seen(struct posix *p, const struct blockid *id, uint64_t ino,
+				int64_t atime)
+{
+	struct idnode *n = idmap_find(&p->map, id);
+
+	if (!n || PE(n)->ino != ino)
+		return NULL;
+	PE(n)->checked = mono_ns();
+	if (atime > PE(n)->atime)
+		PE(n)->atime = atime;
+	return PE(n);
+}
+
+void posix_entry_replace(struct posix *p, const struct blockid *id, uint64_t ino,
+			 struct pentry *e)
+{
+	struct idnode *n = idmap_find(&p->map, id);
+
+	/* a commit of this host (or another lookup) that came first wins */
 	if (n ? PE(n)->ino == ino : !ino) {
 		if (e && idmap_reserve(&p->map, id) == 0) {
 			posix_index_put(p, e);
@@ -120,9 +137,6 @@ int posix_shared_lookup(struct posix *p, const struct blockid *id, struct block_
 		}
 	}
 	free(e);
-	rc = answer(p, id, attr);
-	pthread_mutex_unlock(&p->lock);
-	return rc;
 }
 
 #define SHARDS_FRESH_NS 100000000LL /* 100 ms */
@@ -141,15 +155,10 @@ bool posix_shard_exists(struct posix *p, unsigned shard)
 
 		memset(p->shards, d ? 0 : 0xff, sizeof(p->shards));
 		while (d && (de = readdir(d))) {
-			char hex[BLOCKID_HEX_LEN];
-			struct blockid id;
+			int s = posix_shard_of_name(de->d_name);
 
-			if (strlen(de->d_name) != 3)
-				continue;
-			memcpy(hex, de->d_name, 3);
-			memset(hex + 3, '0', sizeof(hex) - 3);
-			if (blockid_parse(hex, sizeof(hex), &id) == 0)
-				p->shards[blockid_shard(&id) / 8] |= 1u << (blockid_shard(&id) % 8);
+			if (s >= 0)
+				p->shards[s / 8] |= 1u << (s % 8);
 		}
 		if (d)
 			closedir(d);
@@ -160,7 +169,14 @@ bool posix_shard_exists(struct posix *p, unsigned shard)
 	return yes;
 }
 
-int posix_shared_list(struct posix *p, unsigned shard, tier_list_fn fn, void *arg)
+void posix_shards_forget(struct posix *p)
+{
+	pthread_mutex_lock(&p->shards_lock);
+	p->shards_read = 0;
+	pthread_mutex_unlock(&p->shards_lock);
+}
+
+int posix_each_block_file(struct posix *p, unsigned shard, posix_file_fn fn, void *arg)
 {
 	char dir[PATH_MAX], hex[4];
 	struct dirent *de;
@@ -179,11 +195,32 @@ int posix_shared_list(struct posix *p, unsigned shard, tier_list_fn fn, void *ar
 		if (de->d_name[0] == '.' || strstr(de->d_name, TEMP_MARK) ||
 		    blockid_parse_name(de->d_name, &id) || strncmp(de->d_name, hex, 3))
 			continue;
-		if (fn(&id, arg))
+		if (fn(p, dirfd(d), de->d_name, &id, arg))
 			break;
 	}
 	closedir(d);
 	return 0;
+}
+
+struct list_fn {
+	tier_list_fn fn;
+	void *arg;
+};
+
+static int list_one(struct posix *p, int dfd, const char *name, const struct blockid *id,
+		    void *arg)
+{
+	struct list_fn *l = arg;
+
+	(void)p, (void)dfd, (void)name;
+	return l->fn(id, l->arg);
+}
+
+int posix_shared_list(struct posix *p, unsigned shard, tier_list_fn fn, void *arg)
+{
+	struct list_fn l = { fn, arg };
+
+	return posix_each_block_file(p, shard, list_one, &l);
 }
 
 #define REAP_EVERY_NS (2 * 1000000000LL)
@@ -199,7 +236,7 @@ static uint64_t remove_temps(struct posix *p, const char *host)
 	snprintf(mark, sizeof(mark), "%s.%s.", TEMP_MARK, host);
 	d = opendir(p->data);
 	while (d && (de = readdir(d))) {
-		if (strlen(de->d_name) != 3 || de->d_name[0] == '.')
+		if (posix_shard_of_name(de->d_name) < 0)
 			continue;
 		snprintf(dir, sizeof(dir), "%s/%s", p->data, de->d_name);
 		sd = opendir(dir);

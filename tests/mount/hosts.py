@@ -410,15 +410,20 @@ def test_one_capacity_one_reclaimer():
         check(caps == [8 * MiB, 8 * MiB], 'store capacity per host: %r' % caps)
 
 
+def lease_holder(ha, hb):
+    """(the host that reclaims, the other) once exactly one of them holds the lease."""
+    check(wait_until(lambda: metric(ha, 'ucmfs_store_reclaimer') +
+                     metric(hb, 'ucmfs_store_reclaimer') == 1, 10 * SLOW),
+          'no host took the lease')
+    return (ha, hb) if metric(ha, 'ucmfs_store_reclaimer') else (hb, ha)
+
+
 def test_reclaimer_killed():
     """kill -9 of the host that reclaims: another takes the lease within seconds and keeps
     the STORE within its capacity."""
     ha, hb = hosts(opts='mem_size=16M,disk_size=6M')
     with ha, hb:
-        check(wait_until(lambda: metric(ha, 'ucmfs_store_reclaimer') +
-                         metric(hb, 'ucmfs_store_reclaimer') == 1, 10 * SLOW),
-              'no host took the lease')
-        holder, other = (ha, hb) if metric(ha, 'ucmfs_store_reclaimer') else (hb, ha)
+        holder, other = lease_holder(ha, hb)
         holder.kill9()
         check(wait_until(lambda: metric(other, 'ucmfs_store_reclaimer') == 1, 10 * SLOW),
               '%s did not take over the lease' % other.host)
@@ -509,10 +514,7 @@ def test_reclaimer_stalled():
     stalled one, woken, finds its lease replaced and gives it up."""
     ha, hb = hosts(opts='mem_size=16M')
     with ha, hb:
-        check(wait_until(lambda: metric(ha, 'ucmfs_store_reclaimer') +
-                         metric(hb, 'ucmfs_store_reclaimer') == 1, 10 * SLOW),
-              'no host took the lease')
-        holder, other = (ha, hb) if metric(ha, 'ucmfs_store_reclaimer') else (hb, ha)
+        holder, other = lease_holder(ha, hb)
         t0 = time.monotonic()
         os.kill(holder.proc.pid, signal.SIGSTOP)
         try:
