@@ -39,7 +39,16 @@
  *
  * Writes (io_pwrite) are always straight from the caller's memory: buffer, offset and length
  * 4 KiB-aligned (the disk tier stages what is not); a timed-out write leaves the caller's
- * memory alone (the kernel only reads it; the file it was for is given up).
+ * memory alone (the kernel only reads it; the file it was for is given up). A write is cut
+ * into IO_WSEG segments in either class (nobody reads what a dump writes; its depth is
+ * bounded by the writer, four stages per block in the disk tier). The disk takes requests
+ * of up to max_sectors_kb (4 MiB on this project's virtio disks) but of at most
+ * max_segments (254) pieces of memory that are contiguous: 1 MiB of 4 KiB pages went as two
+ * requests, so writes of 1 MiB stages reached 0.28-0.37 GB/s until durable where the page
+ * cache's writeback of 4 MiB folios reached 1 GB/s. The engine's own memory of BUF_HUGE and
+ * more (the disk tier's stages, read-ahead windows) is therefore huge-page aligned and asks
+ * for transparent huge pages: a 4 MiB stage is two pieces, one request (0.58 GB/s with
+ * zstd, docs/BENCHMARKS.md "Writes until on disk: requests the disk takes whole").
  *
  * Locks: e->lock protects every request's and segment's state, the counts of IOs in flight
  * and the pool; never held across io_submit or io_getevents.
@@ -58,6 +67,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "src/buf.h"
 #include "src/clock.h"
 #include "src/log.h"
 #include "src/metrics.h"
@@ -68,12 +78,13 @@
 			       find ahead of it in the disk's queue, per background slot */
 
 /* The pool of the engine's own memory and of its callers' (io_buf_get(): the disk tier's
- * write stages, four of 1 MiB per block being written): power-of-two classes from 64 KiB to
- * 8 MiB, up to POOL_KEEP buffers of each and POOL_BYTES in all kept. */
+ * write stages, four of IO_WSEG per block being written, two or three blocks at once):
+ * power-of-two classes from 64 KiB to 8 MiB, up to POOL_KEEP buffers of each and POOL_BYTES
+ * in all kept. */
 #define POOL_MIN_SHIFT 16
 #define POOL_CLASSES 8
 #define POOL_KEEP 12
-#define POOL_BYTES (24u << 20)
+#define POOL_BYTES (64u << 20)
 
 static __thread bool io_bg; /* this thread's requests are background ones */
 
@@ -194,7 +205,13 @@ static char *own_alloc(struct io_engine *e, size_t len, size_t *cap)
 	} else {
 		*cap = len;
 	}
-	return posix_memalign(&p, IO_ALIGN, *cap) ? NULL : p;
+	if (*cap < BUF_HUGE)
+		return posix_memalign(&p, IO_ALIGN, *cap) ? NULL : p;
+	/* huge pages: see "Writes" above */
+	if (posix_memalign(&p, BUF_HUGE, *cap))
+		return NULL;
+	madvise(p, *cap, MADV_HUGEPAGE);
+	return p;
 }
 
 static void own_free(struct io_engine *e, char *p, size_t cap)
@@ -580,7 +597,7 @@ static struct io_req *plan(struct io_engine *e, int fd, void *buf, size_t len, u
 	bool direct = buf && ((uintptr_t)buf % IO_ALIGN) == 0 && off == lo;
 	size_t dlen = direct ? len & ~(size_t)(IO_ALIGN - 1) : 0; /* into the caller's memory */
 	uint64_t own_len = direct ? hi - off - dlen : hi - lo;
-	size_t seg = bg ? BG_SEG : IO_SEG;
+	size_t seg = write ? IO_WSEG : bg ? BG_SEG : IO_SEG;
 	unsigned nseg = (unsigned)((dlen + seg - 1) / seg + (own_len + seg - 1) / seg), k = 0;
 	struct io_req *r = calloc(1, sizeof(*r) + nseg * sizeof(r->seg[0]));
 

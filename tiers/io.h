@@ -18,7 +18,8 @@
 #include <sys/types.h>
 
 #define IO_ALIGN 4096u       /* O_DIRECT alignment of memory, offsets and lengths */
-#define IO_SEG (1u << 20)    /* the largest single IO of a request */
+#define IO_SEG (1u << 20)    /* the largest single read of a request */
+#define IO_WSEG (4u << 20)   /* the largest single write of a request (tiers/io.c) */
 
 struct io_config {
 	bool aio;               /* false: psync */

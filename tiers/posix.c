@@ -70,7 +70,7 @@
 #define READ_AHEAD (4u << 20)        /* how far ahead of a sequential reader */
 #define PREFETCH (2u << 20)          /* O_DIRECT: a window of a stream's prefetch */
 #define NWIN 4                       /* ... and how many windows a stream keeps */
-#define STAGE (1u << 20)             /* O_DIRECT writes: bytes gathered before a write */
+#define STAGE IO_WSEG                /* O_DIRECT writes: bytes gathered before a write */
 #define NSTAGE 4                     /* ... and how many such writes may be in flight */
 #define VERIFY_CHUNK (4u << 20)
 
