@@ -17,9 +17,9 @@
  * No thread is parked per IO: a request of sixteen segments is one submit and one wait.
  *
  * Two classes share the depth. Foreground requests (a reader waiting for its bytes) take any
- * free slot. Background ones (the pipeline's workers loading ahead of readers, prefetches)
- * are cut into BG_SEG segments, hold at most half the depth, and submit nothing while a
- * foreground request is in the engine: what a foreground read finds ahead of it in the
+ * free slot. Background ones (the pipeline's workers loading ahead of readers, prefetches,
+ * dumps) are cut into BG_SEG segments (reads), hold at most half the depth, and submit
+ * nothing while a foreground read is in the engine: what a foreground read finds ahead of it in the
  * disk's queue is a few small segments, not a block. A prefetch (io_prefetch) submits what
  * the depth allows at once; the rest waits in e->pf_queue, from which the completion thread
  * submits as segments complete (and a foreground request, when it is done), oldest prefetch
@@ -545,10 +545,12 @@ static void topup(struct io_engine *e)
 	}
 }
 
-/* Submit every segment of r left and wait for them all. 0 or -ETIMEDOUT. */
+/* Submit every segment of r left and wait for them all. 0 or -ETIMEDOUT. Only a read holds
+ * the background back: an fsync writing its block itself must not stop the workers' dumps
+ * of the blocks it waits for next. */
 static int run(struct io_engine *e, struct io_req *r)
 {
-	bool late = false, fg = !r->bg;
+	bool late = false, fg = !r->bg && !r->write;
 
 	pthread_mutex_lock(&e->lock);
 	if (fg)
