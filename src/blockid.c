@@ -2,7 +2,8 @@
 
 #include <errno.h>
 #include <stdlib.h>
-#include <xxhash.h>
+
+#include "src/hash.h"
 
 /* Value plus one of each lowercase hex digit, 0 for every other byte. */
 static const signed char hexval[256] = {
@@ -46,7 +47,7 @@ void blockid_format(const struct blockid *id, char out[BLOCKID_HEX_LEN + 1])
 
 uint64_t blockid_hash(const struct blockid *id)
 {
-	return XXH3_64bits(id->b, BLOCKID_LEN);
+	return hash64(id->b, BLOCKID_LEN);
 }
 
 static int cmp_ids(const void *a, const void *b)

@@ -32,9 +32,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <xxhash.h>
 #include <zstd.h>
 
+#include "src/hash.h"
 #include "src/metrics.h"
 #include "src/options.h"
 #include "tiers/posix_header.h"
@@ -273,7 +273,7 @@ static int encode_chunk(struct ctier *c, struct cwh *w, const char *src, uint32_
 	wr = w->lh->tier->ops->write(w->lh, out, (size_t)z, w->stored);
 	if (wr < 0)
 		return (int)wr;
-	rc = add_chunk(w, (uint32_t)z, XXH3_64bits(out, (size_t)z));
+	rc = add_chunk(w, (uint32_t)z, hash64(out, (size_t)z));
 	if (rc)
 		return rc;
 	if (z < n)

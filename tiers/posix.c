@@ -55,11 +55,11 @@
 #include <sys/statfs.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
-#include <xxhash.h>
 
 #include "src/buf.h"
 #include "src/clock.h"
 #include "src/dlheap.h"
+#include "src/hash.h"
 #include "src/idmap.h"
 #include "src/log.h"
 #include "src/metrics.h"
@@ -117,7 +117,7 @@ struct phandle {
 	unsigned cur;            /* the stage being filled: it holds [stage_off, +stage_len) */
 	uint64_t stage_off;      /* 4 KiB-aligned */
 	size_t stage_len;
-	XXH3_state_t *xx;        /* write: running checksum of bytes [0, hashed) */
+	struct hash_state *xx;        /* write: running checksum of bytes [0, hashed) */
 	uint64_t hashed;
 	char tmp[PATH_MAX];      /* write: temp file */
 };
@@ -670,7 +670,7 @@ static void free_handle(struct phandle *h)
 	if (h->dfd >= 0)
 		close(h->dfd);
 	if (h->xx)
-		XXH3_freeState(h->xx);
+		free(h->xx);
 	free(h->hdr);
 	free(h->coff);
 	free(h->cbuf);
@@ -812,19 +812,19 @@ static int verify_whole(struct phandle *h)
 {
 	struct posix *p = posix_of(h->base.tier);
 	char *buf;
-	XXH3_state_t *st;
+	struct hash_state *st;
 	uint64_t off = 0, n = h->hdr->stored_size;
 	int rc = 0;
 
 	if (h->verified)
 		return 0;
 	buf = malloc(VERIFY_CHUNK);
-	st = XXH3_createState();
+	st = hash_new();
 	if (!buf || !st) {
 		rc = -ENOMEM;
 		goto out;
 	}
-	XXH3_64bits_reset(st);
+	hash_reset(st);
 	/* all of it is read now, in order: one deep queue rather than a readahead window */
 	if (n >= READ_AHEAD_MIN && !h->direct)
 		posix_fadvise(h->fd, (off_t)h->payload, (off_t)n, POSIX_FADV_WILLNEED);
@@ -836,10 +836,10 @@ static int verify_whole(struct phandle *h)
 			rc = -EIO;
 			break;
 		}
-		XXH3_64bits_update(st, buf, len);
+		hash_update(st, buf, len);
 		off += len;
 	}
-	if (rc == 0 && XXH3_64bits_digest(st) != h->hdr->csum) {
+	if (rc == 0 && hash_digest(st) != h->hdr->csum) {
 		counter_add(&p->checksum_failures, 1);
 		rc = -EIO;
 	}
@@ -852,7 +852,7 @@ out:
 	}
 	h->verified = rc == 0;
 	free(buf);
-	XXH3_freeState(st);
+	free(st);
 	return rc;
 }
 
@@ -1016,7 +1016,7 @@ static int read_chunks(struct phandle *h, uint32_t i, uint32_t j, char *dst)
 	}
 	counter_add(&posix_of(h->base.tier)->bytes_read, len);
 	for (uint32_t k = i; k < j; k++) {
-		if (XXH3_64bits(dst + (h->coff[k] - h->coff[i]), h->hdr->chunk[k].len) !=
+		if (hash64(dst + (h->coff[k] - h->coff[i]), h->hdr->chunk[k].len) !=
 		    h->hdr->chunk[k].csum) {
 			counter_add(&posix_of(h->base.tier)->checksum_failures, 1);
 			damaged(h, "chunk checksum mismatch");
@@ -1121,7 +1121,7 @@ static ssize_t posix_read(struct tier_handle *th, void *buf, size_t len, uint64_
 	read_ahead(h, off, off + len);
 	if (!h->verified) {
 		/* a whole-block read: check exactly the bytes about to be returned */
-		if (XXH3_64bits(buf, len) != h->hdr->csum) {
+		if (hash64(buf, len) != h->hdr->csum) {
 			char path[PATH_MAX];
 
 			counter_add(&posix_of(th->tier)->checksum_failures, 1);
@@ -1255,12 +1255,12 @@ static int posix_reserve(struct tier *t, const struct blockid *id, unsigned flag
 	h->room = room;
 	h->bound = bound;
 	h->promised = payload_off(p) + h->room;
-	h->xx = XXH3_createState();
+	h->xx = hash_new();
 	if (!h->xx) {
 		free_handle(h);
 		return -ENOMEM;
 	}
-	XXH3_64bits_reset(h->xx);
+	hash_reset(h->xx);
 	rc = open_temp(p, h);
 	if (rc) {
 		free_handle(h);
@@ -1452,7 +1452,7 @@ static ssize_t posix_write(struct tier_handle *th, const void *buf, size_t len, 
 		return io_error((int)n);
 	counter_add(&posix_of(th->tier)->bytes_written, (uint64_t)n);
 	if (off == h->hashed) {
-		XXH3_64bits_update(h->xx, buf, len);
+		hash_update(h->xx, buf, len);
 		h->hashed += len;
 	} else if (off < h->hashed) {
 		h->hashed = UINT64_MAX; /* overwritten: hash again at commit */
@@ -1502,13 +1502,13 @@ static int payload_checksum(struct phandle *h, uint64_t size, uint64_t *out)
 	uint64_t off = 0;
 
 	if (h->hashed == size) {
-		*out = XXH3_64bits_digest(h->xx);
+		*out = hash_digest(h->xx);
 		return 0;
 	}
 	buf = malloc(VERIFY_CHUNK);
 	if (!buf)
 		return -ENOMEM;
-	XXH3_64bits_reset(h->xx);
+	hash_reset(h->xx);
 	while (off < size) {
 		size_t len = size - off < VERIFY_CHUNK ? (size_t)(size - off) : VERIFY_CHUNK;
 		ssize_t n = io_pread_full(h->fd, buf, len, h->payload + off);
@@ -1519,11 +1519,11 @@ static int payload_checksum(struct phandle *h, uint64_t size, uint64_t *out)
 		}
 		if ((size_t)n < len)
 			memset(buf + n, 0, len - (size_t)n); /* a hole at the end reads as zeros */
-		XXH3_64bits_update(h->xx, buf, len);
+		hash_update(h->xx, buf, len);
 		off += len;
 	}
 	free(buf);
-	*out = XXH3_64bits_digest(h->xx);
+	*out = hash_digest(h->xx);
 	return 0;
 }
 

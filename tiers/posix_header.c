@@ -2,8 +2,8 @@
 
 #include <errno.h>
 #include <string.h>
-#include <xxhash.h>
 
+#include "src/hash.h"
 #include "tiers/tier.h"
 
 static const char magic[8] = { 'U', 'C', 'M', 'F', 'S', 'B', 'L', 'K' };
@@ -61,7 +61,7 @@ void disk_header_encode(const struct disk_header *h, uint8_t *out)
 		put32(out + OFF_TABLE + 12 * i, h->chunk[i].len);
 		put64(out + OFF_TABLE + 12 * i + 4, h->chunk[i].csum);
 	}
-	put64(out + OFF_CSUM, XXH3_64bits(out, OFF_CSUM));
+	put64(out + OFF_CSUM, hash64(out, OFF_CSUM));
 }
 
 static bool zero(const uint8_t *p, size_t n)
@@ -85,7 +85,7 @@ int disk_header_decode(const uint8_t *in, struct disk_header *h)
 	if (memcmp(in, magic, sizeof(magic)) || get32(in + 8) != DISK_HEADER_VERSION ||
 	    get32(in + 12) != DISK_HEADER_SIZE)
 		return -EBADMSG;
-	if (get64(in + OFF_CSUM) != XXH3_64bits(in, OFF_CSUM))
+	if (get64(in + OFF_CSUM) != hash64(in, OFF_CSUM))
 		return -EBADMSG;
 	memcpy(h->id.b, in + 16, BLOCKID_LEN);
 	h->raw_size = get64(in + 32);

@@ -31,9 +31,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <xxhash.h>
 
 #include "src/clock.h"
+#include "src/hash.h"
 #include "src/log.h"
 #include "tiers/posix_header.h"
 #include "tiers/posix_int.h"
@@ -135,7 +135,7 @@ static void snapshot_load(struct posix *p, struct snapshot *s)
 	    s->head.version != SNAP_VERSION || s->head.layout != (uint32_t)p->layout ||
 	    s->head.count != (len - sizeof(s->head) - sizeof(sum)) / sizeof(struct snap_rec) ||
 	    len != sizeof(s->head) + s->head.count * sizeof(struct snap_rec) + sizeof(sum) ||
-	    sum != XXH3_64bits(s->buf, len - sizeof(sum)) || !memcmp(p->store_id, zero_id, 16) ||
+	    sum != hash64(s->buf, len - sizeof(sum)) || !memcmp(p->store_id, zero_id, 16) ||
 	    memcmp(s->head.store_id, p->store_id, sizeof(p->store_id)))
 		goto bad;
 	s->rec = (const struct snap_rec *)(s->buf + sizeof(s->head));
@@ -260,7 +260,7 @@ void posix_save_index(struct posix *p)
 	memcpy(head.store_id, p->store_id, sizeof(head.store_id));
 	memcpy(buf, &head, sizeof(head));
 	len = sizeof(head) + n * sizeof(*rec) + sizeof(sum);
-	sum = XXH3_64bits(buf, len - sizeof(sum));
+	sum = hash64(buf, len - sizeof(sum));
 	memcpy(buf + len - sizeof(sum), &sum, sizeof(sum));
 	rc = snapshot_write(p, buf, len);
 	free(buf);

@@ -25,10 +25,10 @@
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
-#include <xxhash.h>
 #include <zstd.h>
 
 #include "src/blockid.h"
+#include "src/hash.h"
 #include "tiers/io.h"
 #include "tiers/posix_header.h"
 #include "tiers/tier.h"
@@ -186,7 +186,7 @@ static void count_one(struct verify *v, const char *dir, const char *shard, cons
 /* Read stored bytes [off, off + len) of a native block into the whole-payload checksum:
  * "" or what is wrong. */
 static const char *check_span(struct verify *v, int fd, uint64_t off, uint64_t len,
-			      XXH3_state_t *whole)
+			      struct hash_state *whole)
 {
 	while (len) {
 		size_t n = len < READ_CHUNK ? (size_t)len : READ_CHUNK;
@@ -194,7 +194,7 @@ static const char *check_span(struct verify *v, int fd, uint64_t off, uint64_t l
 
 		if (r != (ssize_t)n)
 			return r < 0 ? "read error" : "file shorter than its payload";
-		XXH3_64bits_update(whole, v->buf, n);
+		hash_update(whole, v->buf, n);
 		v->done_bytes += n;
 		off += n;
 		len -= n;
@@ -207,7 +207,7 @@ static const char *check_native(struct verify *v, int fd, const struct stat *st,
 {
 	struct disk_header *h = malloc(sizeof(*h));
 	uint8_t raw[DISK_HEADER_SIZE];
-	XXH3_state_t *whole = XXH3_createState();
+	struct hash_state *whole = hash_new();
 	const char *bad = "";
 	uint64_t off = DISK_HEADER_SIZE;
 	ssize_t r;
@@ -216,7 +216,7 @@ static const char *check_native(struct verify *v, int fd, const struct stat *st,
 		bad = "out of memory";
 		goto out;
 	}
-	XXH3_64bits_reset(whole);
+	hash_reset(whole);
 	r = io_pread_full(fd, raw, sizeof(raw), 0);
 	if (r != (ssize_t)sizeof(raw)) {
 		bad = r < 0 ? "read error in the header" : "shorter than its 4 KiB header";
@@ -277,8 +277,8 @@ static const char *check_native(struct verify *v, int fd, const struct stat *st,
 			break;
 		}
 		v->done_bytes += len;
-		XXH3_64bits_update(whole, v->buf, len);
-		if (XXH3_64bits(v->buf, len) != h->chunk[i].csum) {
+		hash_update(whole, v->buf, len);
+		if (hash64(v->buf, len) != h->chunk[i].csum) {
 			snprintf(why, whylen, "chunk %u of %u: checksum mismatch", i, h->nchunks);
 			bad = why;
 		} else if (len > rlen) {
@@ -295,12 +295,12 @@ static const char *check_native(struct verify *v, int fd, const struct stat *st,
 		}
 		off += len;
 	}
-	if (!*bad && XXH3_64bits_digest(whole) != h->csum)
+	if (!*bad && hash_digest(whole) != h->csum)
 		bad = "payload checksum mismatch";
 	if (!*bad && h->deadline && h->deadline <= (int64_t)time(NULL) * 1000000000)
 		v->expired++; /* whole, but past its TTL: the daemon deletes it at start */
 out:
-	XXH3_freeState(whole);
+	free(whole);
 	free(h);
 	return bad;
 }

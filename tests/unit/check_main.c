@@ -72,6 +72,7 @@ Suite *bdi_suite(void);
 Suite *inode_suite(void);
 Suite *peer_suite(void);
 Suite *plugin_suite(void);
+Suite *hash_suite(void);
 
 static const struct {
 	const char *name;
@@ -95,6 +96,7 @@ static const struct {
 	{ "inode", inode_suite },
 	{ "peer", peer_suite },
 	{ "plugin", plugin_suite },
+	{ "hash", hash_suite },
 };
 
 #define contract_count tier_contract_count
