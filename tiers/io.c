@@ -18,9 +18,9 @@
  *
  * Two classes share the depth. Foreground requests (a reader waiting for its bytes) take any
  * free slot. Background ones (the pipeline's workers loading ahead of readers, prefetches,
- * dumps) are cut into BG_SEG segments (reads), hold at most half the depth, and submit
- * nothing while a foreground read is in the engine: what a foreground read finds ahead of it in the
- * disk's queue is a few small segments, not a block. A prefetch (io_prefetch) submits what
+ * dumps) hold at most half the depth, are cut into BG_SEG segments if they are reads, and
+ * submit nothing while a foreground read is in the engine: what a foreground read finds
+ * ahead of it in the disk's queue is a few small segments, not a block. A prefetch (io_prefetch) submits what
  * the depth allows at once; the rest waits in e->pf_queue, from which the completion thread
  * submits as segments complete (and a foreground request, when it is done), oldest prefetch
  * first: a stream's read-ahead keeps the disk busy while its reader decodes. A prefetch
@@ -48,7 +48,7 @@
  * cache's writeback of 4 MiB folios reached 1 GB/s. The engine's own memory of BUF_HUGE and
  * more (the disk tier's stages, read-ahead windows) is therefore huge-page aligned and asks
  * for transparent huge pages: a 4 MiB stage is two pieces, one request (0.58 GB/s with
- * zstd, docs/BENCHMARKS.md "Writes until on disk: requests the disk takes whole").
+ * zstd, docs/BENCHMARKS.md "Requests the disk takes whole").
  *
  * Locks: e->lock protects every request's and segment's state, the counts of IOs in flight
  * and the pool; never held across io_submit or io_getevents.

@@ -117,7 +117,7 @@ struct phandle {
 	unsigned cur;            /* the stage being filled: it holds [stage_off, +stage_len) */
 	uint64_t stage_off;      /* 4 KiB-aligned */
 	size_t stage_len;
-	struct hash_state *xx;        /* write: running checksum of bytes [0, hashed) */
+	struct hash_state *xx;   /* write: running checksum of bytes [0, hashed) */
 	uint64_t hashed;
 	char tmp[PATH_MAX];      /* write: temp file */
 };
@@ -669,8 +669,7 @@ static void free_handle(struct phandle *h)
 		close(h->fd);
 	if (h->dfd >= 0)
 		close(h->dfd);
-	if (h->xx)
-		free(h->xx);
+	free(h->xx);
 	free(h->hdr);
 	free(h->coff);
 	free(h->cbuf);
@@ -824,7 +823,6 @@ static int verify_whole(struct phandle *h)
 		rc = -ENOMEM;
 		goto out;
 	}
-	hash_reset(st);
 	/* all of it is read now, in order: one deep queue rather than a readahead window */
 	if (n >= READ_AHEAD_MIN && !h->direct)
 		posix_fadvise(h->fd, (off_t)h->payload, (off_t)n, POSIX_FADV_WILLNEED);
@@ -1260,7 +1258,6 @@ static int posix_reserve(struct tier *t, const struct blockid *id, unsigned flag
 		free_handle(h);
 		return -ENOMEM;
 	}
-	hash_reset(h->xx);
 	rc = open_temp(p, h);
 	if (rc) {
 		free_handle(h);

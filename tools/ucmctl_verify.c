@@ -216,7 +216,6 @@ static const char *check_native(struct verify *v, int fd, const struct stat *st,
 		bad = "out of memory";
 		goto out;
 	}
-	hash_reset(whole);
 	r = io_pread_full(fd, raw, sizeof(raw), 0);
 	if (r != (ssize_t)sizeof(raw)) {
 		bad = r < 0 ? "read error in the header" : "shorter than its 4 KiB header";
