@@ -166,7 +166,12 @@ void run_mount(void)
 	int rc;
 
 	if (R.c.mnt || !n) {
-		fig_skip(&cold, R.c.mnt ? "--mnt: no daemon of its own to mount" : "--mount-blocks 0");
+		const char *why = R.c.mnt ? "--mnt: no daemon of its own to mount" : "--mount-blocks 0";
+
+		fig_skip(&cold, why);
+		fig_skip(&warm, why);
+		fig_skip(&ccold, why);
+		fig_skip(&cwarm, why);
 		goto rows;
 	}
 	long_phase("mount: writing the store");
