@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -210,14 +211,14 @@ END_TEST
 struct rd_loop {
 	struct io_engine *e;
 	struct iofix *f;
-	volatile int stop;
+	atomic_int stop;
 };
 
 static void *rd_loop_main(void *arg)
 {
 	struct rd_loop *l = arg;
 
-	while (!l->stop)
+	while (!atomic_load(&l->stop))
 		check_read(l->e, l->f, l->f->dfd, 0, 2 * IO_SEG, 0);
 	return NULL;
 }
@@ -269,7 +270,7 @@ START_TEST(test_io_aio_writes)
 				      "depth %u, %s: the bytes read back differ", depths[d],
 				      bg ? "background" : "foreground");
 		}
-		l.stop = 1;
+		atomic_store(&l.stop, 1);
 		pthread_join(th, NULL);
 		close(wfd);
 		io_buf_put(e, buf, len);
