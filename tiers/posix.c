@@ -707,6 +707,33 @@ static ssize_t hread(struct phandle *h, void *buf, size_t len, uint64_t off)
 	return io_pread_full(h->fd, buf, len, off);
 }
 
+/* GlusterFS answers an open of a name that another client renames onto with ESTALE now and
+ * then (the kernel's own retry of the lookup does not always cover it): a few more tries. */
+int posix_open_file(const char *path, int flags)
+{
+	for (int tries = 0;; tries++) {
+		int fd = open(path, flags);
+
+		if (fd >= 0 || errno != ESTALE || tries >= 4)
+			return fd;
+	}
+}
+
+/* Open the file of a read handle, O_DIRECT if the handle reads that way and the file takes it
+ * (O_NONBLOCK: a FIFO put in place of a block file must not park the thread). The descriptor,
+ * or -1 and errno. */
+static int open_read(struct phandle *h, const char *path)
+{
+	int flags = O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK;
+	int fd = posix_open_file(path, flags | (h->direct ? O_DIRECT : 0));
+
+	if (fd < 0 && errno == EINVAL && h->direct) {
+		h->direct = false; /* this one file refuses O_DIRECT: read it through the cache */
+		fd = posix_open_file(path, flags);
+	}
+	return fd;
+}
+
 static int posix_open(struct tier *t, const struct blockid *id, unsigned flags,
 		      struct tier_handle **out)
 {
@@ -715,7 +742,7 @@ static int posix_open(struct tier *t, const struct blockid *id, unsigned flags,
 	uint8_t raw[DISK_HEADER_SIZE];
 	struct block_attr la;
 	struct phandle *h;
-	struct stat st;
+	struct stat st = { 0 };
 	int rc;
 
 	rc = posix_lookup(t, id, &la);
@@ -730,19 +757,17 @@ static int posix_open(struct tier *t, const struct blockid *id, unsigned flags,
 	if (!h)
 		return -ENOMEM;
 	posix_block_path(p, id, path, sizeof(path));
-	/* O_NONBLOCK: a FIFO put in place of a block file must not park this thread */
 	h->direct = io_engine_direct(p->io);
-	h->fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK | (h->direct ? O_DIRECT : 0));
-	if (h->fd < 0 && errno == EINVAL && h->direct) {
-		h->direct = false; /* this one file refuses O_DIRECT: read it through the cache */
-		h->fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
-	}
+	h->fd = open_read(h, path);
 	if (h->fd < 0 || fstat(h->fd, &st) || !S_ISREG(st.st_mode)) {
+		int err = h->fd < 0 || !(st.st_mode & S_IFMT) ? errno : 0;
 		struct stat ls;
 
-		rc = h->fd < 0 && errno == ENOENT ? -ENOENT : -EIO;
+		rc = err == ENOENT ? -ENOENT : -EIO;
 		if (lstat(path, &ls) == 0 && !S_ISREG(ls.st_mode))
 			posix_quarantine(p, path, id, ls.st_ino, "not a regular file");
+		else if (err && err != ENOENT)
+			log_warn("cannot open %s: %s", path, strerror(err));
 		forget_stale(p, path, id, la.version);
 		goto err;
 	}

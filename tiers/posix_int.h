@@ -120,6 +120,9 @@ struct posix {
 };
 
 int posix_fsync_dir(const char *path);
+/* open(path, flags) of a block file, looked up again when the answer is ESTALE (another host
+ * renamed a new version onto the name meanwhile, on a distributed filesystem). */
+int posix_open_file(const char *path, int flags);
 /* STORE/.../<hex[0:3]>/<hex> of id, and its directory. */
 void posix_block_path(const struct posix *p, const struct blockid *id, char *out, size_t len);
 void posix_shard_path(const struct posix *p, const struct blockid *id, char *out, size_t len);

@@ -82,7 +82,7 @@ int posix_shared_lookup(struct posix *p, const struct blockid *id, struct block_
 
 	posix_block_path(p, id, path, sizeof(path));
 	counter_add(&p->store_lookups, 1);
-	fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
+	fd = posix_open_file(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
 	if (fd >= 0 && fstat(fd, &st)) {
 		close(fd);
 		fd = -1;
