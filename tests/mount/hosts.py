@@ -315,7 +315,9 @@ def test_index_across_mount_paths():
     with ha:
         blocks = {rand_id(): pattern(64 * KiB, i) for i in range(20)}
         for bid, data in blocks.items():
-            write_file(ha.path(bid), data)
+            # on disk before the pause: a dump still queued behind a busy machine would
+            # rename its file within the second before the save
+            write_file(ha.path(bid), data, fsync=True)
         time.sleep(1.5)  # a file changed within a second of the save is read again
         ha.unmount()
         a, b = VOLUMES['distribute']
