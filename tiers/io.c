@@ -20,11 +20,11 @@
  * free slot. Background ones (the pipeline's workers loading ahead of readers, prefetches,
  * dumps) hold at most half the depth, are cut into BG_SEG segments if they are reads, and
  * submit nothing while a foreground read is in the engine: what a foreground read finds
- * ahead of it in the disk's queue is a few small segments, not a block. A prefetch (io_prefetch) submits what
- * the depth allows at once; the rest waits in e->pf_queue, from which the completion thread
- * submits as segments complete (and a foreground request, when it is done), oldest prefetch
- * first: a stream's read-ahead keeps the disk busy while its reader decodes. A prefetch
- * waited for submits its own rest in the waiter's class.
+ * ahead of it in the disk's queue is a few small segments, not a block. A prefetch
+ * (io_prefetch) submits what the depth allows at once; the rest waits in e->pf_queue, from
+ * which the completion thread submits as segments complete (and a foreground request, when
+ * it is done), oldest prefetch first: a stream's read-ahead keeps the disk busy while its
+ * reader decodes. A prefetch waited for submits its own rest in the waiter's class.
  *
  * The engine's own memory is pooled by power-of-two size (POOL_BYTES at most kept): fresh
  * memory costs a page fault per 4 KiB at its first use, more than the copy out of it.

@@ -742,8 +742,8 @@ static int posix_open(struct tier *t, const struct blockid *id, unsigned flags,
 	uint8_t raw[DISK_HEADER_SIZE];
 	struct block_attr la;
 	struct phandle *h;
-	struct stat st = { 0 };
-	int rc;
+	struct stat st;
+	int rc, err = 0;
 
 	rc = posix_lookup(t, id, &la);
 	if (rc) {
@@ -759,8 +759,9 @@ static int posix_open(struct tier *t, const struct blockid *id, unsigned flags,
 	posix_block_path(p, id, path, sizeof(path));
 	h->direct = io_engine_direct(p->io);
 	h->fd = open_read(h, path);
-	if (h->fd < 0 || fstat(h->fd, &st) || !S_ISREG(st.st_mode)) {
-		int err = h->fd < 0 || !(st.st_mode & S_IFMT) ? errno : 0;
+	if (h->fd < 0 || fstat(h->fd, &st))
+		err = errno;
+	if (err || !S_ISREG(st.st_mode)) {
 		struct stat ls;
 
 		rc = err == ENOENT ? -ENOENT : -EIO;
