@@ -23,8 +23,9 @@ static const char usage[] =
 	"  -o mem_size=SIZE, mem_prefault=SIZE|N%, disk_size=SIZE, block_size=SIZE,\n"
 	"     max_block=SIZE, policy=clock|lru|fifo, pipeline=cache:compress:posix,\n"
 	"     compress=none|zstd[:LEVEL], shuffle=auto|none|2|4, io=aio|psync, io_depth=N,\n"
-	"     io_timeout=DUR, ttl=DUR, durable, shared[=DUR], layout=native|ucm, readahead=SIZE,\n"
-	"     passthrough=auto|on|off, log_level=err|warn|info|debug, topology=FILE, and the\n"
+	"     io_timeout=DUR, ttl=DUR, durable, sync_compress=defer|inline, shared[=DUR],\n"
+	"     layout=native|ucm, readahead=SIZE, passthrough=auto|on|off,\n"
+	"     log_level=err|warn|info|debug, topology=FILE, and the\n"
 	"     standard FUSE mount options (allow_other, fsname=, ...)\n"
 	"See ucmfs(8).\n";
 
@@ -152,6 +153,7 @@ int options_apply(struct ucm_options *o, const char *opt, char *msg, size_t len)
 	static const char *const ios[] = { "aio", "psync" };
 	static const char *const layouts[] = { "native", "ucm" };
 	static const char *const passthroughs[] = { "auto", "on", "off" };
+	static const char *const sync_compress[] = { "defer", "inline" };
 	static const char *const shuffles[] = { "auto", "none", "2", "4" };
 	char key[64];
 	const char *eq = strchr(opt, '='), *val = eq ? eq + 1 : NULL;
@@ -275,6 +277,10 @@ int options_apply(struct ucm_options *o, const char *opt, char *msg, size_t len)
 			return bad(msg, len, "option '%s' takes no value (got '%s')", key, val);
 		o->durable = true;
 		return 0;
+	}
+	if (!strcmp(key, "sync_compress")) {
+		rc = opt_word(key, val, sync_compress, 2, msg, len);
+		return rc < 0 ? rc : (o->sync_inline = rc == 1, 0);
 	}
 	if (!strcmp(key, "shared")) {
 		int64_t ms = SHARED_CHECK_MS;
@@ -554,13 +560,15 @@ size_t options_format(const struct ucm_options *o, char *buf, size_t len)
 			     "store=%s\nmountpoint=%s\ntopology=%s\nmem_size=%s\nmem_prefault=%s\ndisk_size=%s\n"
 			     "block_size=%s\n"
 			     "max_block=%s\npolicy=%s\npipeline=%s\ncompress=%s\nshuffle=%s\n"
-			     "io=%s\nio_depth=%u\nio_timeout=%lldms\nttl=%s\ndurable=%d\nshared=%s\nlayout=%s\n"
+			     "io=%s\nio_depth=%u\nio_timeout=%lldms\nttl=%s\ndurable=%d\nsync_compress=%s\n"
+			     "shared=%s\nlayout=%s\n"
 			     "readahead=%s\npassthrough=%s\nlog_level=%s\n",
 			     o->nstores ? store : "none", o->mountpoint ? o->mountpoint : "",
 			     o->topology ? o->topology : "none", mem, pf,
 			     disk, o->block_size ? bs : "unset", mb, policies[o->policy],
 			     o->pipeline, codec, shuf, o->io == IO_AIO ? "aio" : "psync",
-			     o->io_depth, (long long)o->io_timeout_ms, ttl, o->durable ? 1 : 0, shared,
+			     o->io_depth, (long long)o->io_timeout_ms, ttl, o->durable ? 1 : 0,
+			     o->sync_inline ? "inline" : "defer", shared,
 			     o->layout == LAYOUT_NATIVE ? "native" : "ucm", ra, pts[o->passthrough],
 			     log_levels[o->log_level]);
 	return n < len ? n : len - 1;

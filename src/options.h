@@ -45,6 +45,7 @@ struct ucm_options {
 	uint64_t readahead;  /* the kernel's read-ahead window of the mount; 0 = its default */
 	int64_t ttl_ms;      /* default TTL of new blocks; TTL_NONE = none */
 	bool durable;
+	bool sync_inline;    /* sync_compress=inline: an fsync waits for compression (no hurry) */
 	/* shared: the STORE is shared with other hosts; how old a host's knowledge of a block
 	 * may be before it asks the store again (ms); -1 = the STORE is private */
 	int64_t shared_ms;

@@ -16,6 +16,9 @@
  * a committed block from memory) is encoded as it arrives: every full chunk is compressed and
  * written below at once, so commit only adds the header. Any other reservation (a block that
  * did not fit in memory and is written straight to disk) is passed through raw.
+ * A sequential reservation that is hurried (someone waits for it to be on disk while other
+ * dumps keep the CPU busy, tiers/pipeline_jobs.c) stores its chunks still to come raw, under
+ * the codec already chosen; the pipeline writes such a block again later.
  *
  * Reads of a compressed block check each chunk (the disk tier verifies its checksum), decode
  * it and copy out the range asked for; the last chunk decoded for a partial read is kept with
@@ -77,6 +80,7 @@ struct cwh { /* write handle */
 	uint32_t ntab, cap;
 	uint64_t stored;         /* payload bytes written below */
 	bool all_raw;            /* every chunk so far stored raw */
+	bool hurried;            /* c_hurry(): the chunks still to come are stored raw */
 	int err;
 };
 
@@ -257,11 +261,11 @@ static int encode_chunk(struct ctier *c, struct cwh *w, const char *src, uint32_
 
 	if (!t)
 		return -ENOMEM;
-	if (!w->decided) {
+	if (!w->decided && !w->hurried) {
 		w->codec = choose_codec(c, t, src, n);
 		w->decided = true;
 	}
-	if (w->codec != CODEC_RAW) {
+	if (w->codec != CODEC_RAW && !w->hurried) {
 		z = encode(t, c->level, w->codec, src, n);
 		if (z < 0)
 			return (int)z;
@@ -362,6 +366,19 @@ static ssize_t c_write(struct tier_handle *th, const void *buf, size_t len, uint
 	}
 	w->next += len;
 	return (ssize_t)len;
+}
+
+/* Someone waits: the chunks still to come go below as they are. Worth writing again later
+ * unless the block was found incompressible anyway. */
+static bool c_hurry(struct tier_handle *th)
+{
+	struct cwh *w = (struct cwh *)th;
+	bool was = w->hurried;
+
+	if (!w->seq || !ct_of(th->tier)->zstd)
+		return false;
+	w->hurried = true;
+	return !was && !(w->decided && w->codec == CODEC_RAW);
 }
 
 static int c_truncate(struct tier_handle *th, uint64_t size)
@@ -717,6 +734,7 @@ const struct tier_ops tier_compress_ops = {
 	.stat = c_stat,
 	.close = c_close,
 	.reserve = c_reserve,
+	.hurry = c_hurry,
 	.write = c_write,
 	.truncate = c_truncate,
 	.commit = c_commit,

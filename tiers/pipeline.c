@@ -666,7 +666,7 @@ static int publish(struct pipeline *p, struct session *s, uint64_t size)
 		return rc;
 	p->cache->ops->stat(rd, &a);
 	if (durable)
-		return dump(p, rd, &s->node.id, a.version, TIER_COMMIT_DURABLE);
+		return dump(p, rd, &s->node.id, a.version, DUMP_DURABLE | DUMP_WAITED);
 	enqueue_dump(p, rd, &s->node.id, a.version);
 	return 0;
 }
@@ -850,7 +850,7 @@ static int pipe_sync(struct tier *t, const struct blockid *id)
 			continue; /* replaced or removed meanwhile: look again */
 		if (rc)
 			return -EIO; /* it cannot be written below now */
-		rc = dump(p, rd, id, a.version, 0);
+		rc = dump(p, rd, id, a.version, DUMP_WAITED);
 		if (rc)
 			return rc == -ENOSPC ? rc : -EIO;
 	}
@@ -963,6 +963,17 @@ static void pipe_metrics(struct tier *t, struct metrics *m)
 	metrics_counter(m, "ucmfs_dump_yields_total",
 			"Loads run between two pieces of a dump instead of after it.", "",
 			c.dump_yields);
+	metrics_counter(m, "ucmfs_dumps_hurried_total",
+			"Dumps an fsync waited for while others kept the CPU busy: the rest of "
+			"the block went to disk uncompressed.", "", c.dumps_hurried);
+	metrics_counter(m, "ucmfs_recompressed_total",
+			"Hurried blocks written to disk again, compressed.", "", c.recompressed);
+	metrics_counter(m, "ucmfs_recompress_dropped_total",
+			"Hurried blocks left uncompressed: too many waiting to be written again.",
+			"", c.recompress_dropped);
+	metrics_gauge(m, "ucmfs_recompress_pending",
+		      "Hurried blocks waiting for idle workers to be written again, compressed.",
+		      "", (double)c.recompress_pending);
 	metrics_gauge(m, "ucmfs_disk_queue_depth", "Disk operations queued or running.",
 		      "queue=\"load\"", (double)c.load_queue);
 	metrics_gauge(m, "ucmfs_disk_queue_depth", "Disk operations queued or running.",
@@ -1034,6 +1045,12 @@ void pipeline_counters(struct tier *t, struct pipeline_counters *out)
 	out->spills = atomic_load(&p->spills);
 	out->streamed_opens = atomic_load(&p->streamed);
 	out->dump_yields = atomic_load(&p->dump_yields);
+	out->dumps_hurried = atomic_load(&p->dumps_hurried);
+	out->recompressed = atomic_load(&p->recodes);
+	out->recompress_dropped = atomic_load(&p->recodes_dropped);
+	pthread_mutex_lock(&p->qlock);
+	out->recompress_pending = p->nrecode;
+	pthread_mutex_unlock(&p->qlock);
 	out->dump_queue = jobs_pending(p, &loads);
 	out->load_queue = loads;
 	out->dump_queue -= loads;
@@ -1056,6 +1073,9 @@ int pipeline_create(const struct pipeline_config *cfg, struct tier **out)
 	p->default_ttl_ms = cfg->default_ttl_ms;
 	p->durable = cfg->durable;
 	p->shared = cfg->shared;
+	/* hosts sharing the store: a block written again later could land over another host's
+	 * newer version, so fsyncs there wait for compression */
+	p->hurry = cfg->hurry && !cfg->shared;
 	p->nthreads = cfg->dump_threads < 1 ? 1
 		      : cfg->dump_threads > MAX_WORKERS ? MAX_WORKERS : cfg->dump_threads;
 	pthread_mutex_init(&p->lock, NULL);

@@ -18,6 +18,7 @@ struct pipeline_config {
 	int64_t default_ttl_ms;  /* TTL_NONE = none */
 	bool durable;            /* every commit durable */
 	bool shared;             /* other hosts share the store below (-o shared) */
+	bool hurry;              /* a waited dump behind others is stored raw, encoded later */
 	unsigned dump_threads;
 };
 
@@ -33,6 +34,8 @@ struct pipeline_counters {
 	uint64_t commits_ok, commits_incomplete, commits_failed;
 	uint64_t dumps, dump_errors, loads, load_errors, spills, streamed_opens;
 	uint64_t dump_yields;
+	uint64_t dumps_hurried;          /* waited-for dumps stored raw from some point on */
+	uint64_t recompressed, recompress_dropped, recompress_pending; /* and written again */
 	uint64_t dump_queue, load_queue; /* queued or running */
 	uint64_t reads_waiting;          /* reads waiting for pieces of a load */
 };

@@ -68,6 +68,10 @@ struct pipeline {
 	                              * once more at drain; protected by qlock */
 	int64_t park_retry;          /* when the sweeper tries them again; protected by qlock */
 	struct dump_claim *dumping;  /* ids being written below now (dump()); qlock */
+	struct recode *rhead, *rtail; /* hurried blocks to write again when idle; qlock */
+	unsigned nrecode;            /* in that list; qlock */
+	bool hurry;                  /* waited dumps may be hurried (pipeline_config) */
+	atomic_uint waiters;         /* callers waiting for a dump (fsync, durable close) */
 	bool final;                  /* draining for exit: a failed dump is not parked; qlock */
 	bool stuck;                  /* told the cache that dumps are parked; qlock */
 	bool stop;                   /* protected by qlock */
@@ -83,6 +87,7 @@ struct pipeline {
 	atomic_uint_fast64_t commits_ok, commits_incomplete, commits_failed;
 	atomic_uint_fast64_t dumps, dump_errors, loads, load_errors, spills, streamed;
 	atomic_uint_fast64_t dump_yields; /* loads a worker ran between the pieces of a dump */
+	atomic_uint_fast64_t dumps_hurried, recodes, recodes_dropped;
 	atomic_uint reads_waiting;   /* reads waiting for pieces of a load */
 	counter_t mem_bytes_out;     /* bytes readers got from memory */
 	counter_t stale_dropped;     /* shared: copies in memory another host replaced/removed */
@@ -114,7 +119,10 @@ unsigned jobs_pending(struct pipeline *p, unsigned *loads);
  * of an id runs at a time. 0 (also when it was replaced or removed meanwhile, or written by
  * the dump it waited for) or the tier's error. */
 int dump(struct pipeline *p, struct tier_handle *rd, const struct blockid *id, uint64_t version,
-	 unsigned flags);
+	 unsigned how);
+#define DUMP_DURABLE 1u /* commit durable (TIER_COMMIT_DURABLE) */
+#define DUMP_WAITED 2u  /* the caller waits for it: hurried if other dumps keep the CPU busy */
+#define DUMP_RECODE 4u  /* write a clean version again, encoded (a hurried dump stored it raw) */
 /* Queue that (or do it now if there are no workers). */
 void enqueue_dump(struct pipeline *p, struct tier_handle *rd, const struct blockid *id,
 		  uint64_t version);

@@ -14,6 +14,17 @@
  * It writes COPY_CHUNK at a time, and a worker runs the loads queued meanwhile between two
  * pieces: a load waits behind at most one piece of a dump, not a whole large block.
  *
+ * A dump someone waits for (an fsync, a durable close) while dumps of other blocks are queued
+ * or running waits for the CPU as well as the disk: with two CPUs, zstd (about 1 GB/s a
+ * core) is slower than the disk. Such a dump is hurried (unless sync_compress=inline, or the
+ * store is shared): from its next piece on, the compress stage passes its bytes on as they
+ * are (tier_hurry()); so is every other dump in progress while anyone waits, since the fsync
+ * loop of a writer comes to those next. A hurried block is written again, compressed and
+ * durable, RECODE_DELAY_NS later at the earliest, by a worker that finds no other job running
+ * or queued, if memory still holds that very version and the disk still has the one it
+ * replaces (commit time); otherwise it stays as it is. The list of those (at most
+ * RECODE_MAX) is lost at exit.
+ *
  * A load is single-flight and streaming. The first reader of a block that is only on disk
  * creates a `struct loading`: a cache reservation of the block's size split into pieces of
  * one stored chunk each (PIECE bytes where the block below has no chunks), each TODO, BUSY or
@@ -65,6 +76,8 @@
 #define MAX_PIECES 4096
 #define WORKER_NICE 5 /* workers' nice value: mostly compression and disk writes */
 #define LOAD_RUNNERS 2 /* workers fetching the pieces of one load at once (2 CPUs) */
+#define RECODE_DELAY_NS 1000000000LL /* a hurried block is encoded again this long after */
+#define RECODE_MAX 65536 /* hurried blocks waiting for that; more stay as they are */
 
 enum { P_TODO, P_BUSY, P_DONE };
 
@@ -86,6 +99,14 @@ struct dump_job {
 	struct blockid id;
 	uint64_t version;
 	int attempts;
+};
+
+/* A block that a hurried dump stored larger than it could be, to be written again. */
+struct recode {
+	struct recode *next;
+	struct blockid id;
+	uint64_t version;
+	int64_t due;                 /* mono_ns() from which it may run */
 };
 
 struct loading {
@@ -123,6 +144,8 @@ struct loading {
 /* --- queues and workers ------------------------------------------------------------------ */
 
 static void load_run(struct pipeline *p, struct loading *ld);
+static struct recode *pop_recode_locked(struct pipeline *p, int64_t *wait_ns);
+static void recode_run(struct pipeline *p, struct recode *r);
 
 static __thread bool in_worker; /* this thread is one of the pipeline's workers */
 
@@ -239,9 +262,33 @@ static void *worker(void *arg)
 		int rc;
 
 		if (!ld && !j) {
+			struct recode *r;
+			int64_t wait_ns;
+
 			if (p->stop && !p->dhead)
 				break;
-			pthread_cond_wait(&p->qcond, &p->qlock); /* dump_unclaim() signals too */
+			r = pop_recode_locked(p, &wait_ns);
+			if (r) {
+				p->running++;
+				pthread_mutex_unlock(&p->qlock);
+				recode_run(p, r);
+				pthread_mutex_lock(&p->qlock);
+				p->running--;
+				pthread_cond_broadcast(&p->qidle);
+			} else if (wait_ns) {
+				struct timespec ts;
+
+				clock_gettime(CLOCK_REALTIME, &ts);
+				ts.tv_sec += wait_ns / 1000000000LL;
+				ts.tv_nsec += wait_ns % 1000000000LL;
+				if (ts.tv_nsec >= 1000000000L) {
+					ts.tv_sec++;
+					ts.tv_nsec -= 1000000000L;
+				}
+				pthread_cond_timedwait(&p->qcond, &p->qlock, &ts);
+			} else {
+				pthread_cond_wait(&p->qcond, &p->qlock); /* dump_unclaim() too */
+			}
 			continue;
 		}
 		p->running++;
@@ -476,6 +523,14 @@ void jobs_stop(struct pipeline *p)
 	if (p->sweeping)
 		pthread_join(p->sweeper, NULL);
 	p->started = p->sweeping = false;
+	while (p->rhead) { /* not written again: they stay raw */
+		struct recode *r = p->rhead;
+
+		p->rhead = r->next;
+		free(r);
+	}
+	p->rtail = NULL;
+	p->nrecode = 0;
 }
 
 /* --- dumps ------------------------------------------------------------------------------- */
@@ -484,24 +539,57 @@ void jobs_stop(struct pipeline *p)
 struct dump_claim {
 	struct blockid id;
 	struct dump_claim *next;
+	atomic_bool waited;          /* someone waits for it (an fsync, a durable close) */
+	bool waiter;                 /* its own caller waits: counted in p->waiters */
 };
+
+static struct dump_claim *claim_of_locked(struct pipeline *p, const struct blockid *id)
+{
+	for (struct dump_claim *o = p->dumping; o; o = o->next)
+		if (blockid_eq(&o->id, id))
+			return o;
+	return NULL;
+}
 
 /* Whether a dump of id runs now. qlock held. */
 static bool dumping_locked(struct pipeline *p, const struct blockid *id)
 {
-	for (struct dump_claim *o = p->dumping; o; o = o->next)
-		if (blockid_eq(&o->id, id))
-			return true;
-	return false;
+	return claim_of_locked(p, id) != NULL;
 }
 
-/* Wait until no dump of id runs, then claim it for the caller. */
-static void dump_claim(struct pipeline *p, const struct blockid *id, struct dump_claim *c)
+/* Whether a dump of another id than id is queued or running: then a dump someone waits for
+ * waits for the CPU as well as the disk. */
+static bool other_dumps(struct pipeline *p, const struct blockid *id)
 {
+	bool any = false;
+
 	pthread_mutex_lock(&p->qlock);
-	while (dumping_locked(p, id))
+	for (struct dump_claim *o = p->dumping; o && !any; o = o->next)
+		any = !blockid_eq(&o->id, id);
+	for (struct dump_job *j = p->dhead; j && !any; j = j->next)
+		any = !blockid_eq(&j->id, id);
+	pthread_mutex_unlock(&p->qlock);
+	return any;
+}
+
+/* Wait until no dump of id runs, then claim it for the caller. A caller who waits for the
+ * block to be safe (waited) tells the dump it waits for. */
+static void dump_claim(struct pipeline *p, const struct blockid *id, struct dump_claim *c,
+		       bool waited)
+{
+	struct dump_claim *o;
+
+	if (waited)
+		atomic_fetch_add(&p->waiters, 1);
+	pthread_mutex_lock(&p->qlock);
+	while ((o = claim_of_locked(p, id))) {
+		if (waited)
+			atomic_store(&o->waited, true);
 		pthread_cond_wait(&p->qidle, &p->qlock);
+	}
 	c->id = *id;
+	atomic_init(&c->waited, waited);
+	c->waiter = waited;
 	c->next = p->dumping;
 	p->dumping = c;
 	pthread_mutex_unlock(&p->qlock);
@@ -515,9 +603,35 @@ static void dump_unclaim(struct pipeline *p, struct dump_claim *c)
 	for (pp = &p->dumping; *pp != c; pp = &(*pp)->next)
 		;
 	*pp = c->next;
+	if (c->waiter)
+		atomic_fetch_sub(&p->waiters, 1);
 	pthread_cond_broadcast(&p->qidle);
 	if (p->dhead) /* a queued dump of this id may be waiting for it (pop_dump_locked()) */
 		pthread_cond_signal(&p->qcond);
+	pthread_mutex_unlock(&p->qlock);
+}
+
+static void recode_add(struct pipeline *p, const struct blockid *id, uint64_t version)
+{
+	struct recode *r = malloc(sizeof(*r));
+
+	pthread_mutex_lock(&p->qlock);
+	if (!r || p->nrecode >= RECODE_MAX || p->stop) {
+		free(r);
+		atomic_fetch_add(&p->recodes_dropped, 1);
+	} else {
+		r->next = NULL;
+		r->id = *id;
+		r->version = version;
+		r->due = mono_ns() + RECODE_DELAY_NS;
+		if (p->rtail)
+			p->rtail->next = r;
+		else
+			p->rhead = r;
+		p->rtail = r;
+		p->nrecode++;
+		pthread_cond_signal(&p->qcond);
+	}
 	pthread_mutex_unlock(&p->qlock);
 }
 
@@ -525,11 +639,12 @@ static void dump_unclaim(struct pipeline *p, struct dump_claim *c)
  * Write version `version` of id (rd: the cache's reference to it, closed here) below and
  * publish it there, unless it is no longer worth it: a dump is single-flight per id, and one
  * that waited for another (a worker's queued dump and an fsync's of the same block) finds the
- * version clean, or replaced, and writes nothing. 0 (also when it had nothing to do), or
- * -errno.
+ * version clean, or replaced, and writes nothing. With DUMP_RECODE the version is clean
+ * already (a hurried dump stored it raw) and is written again, encoded, unless someone comes
+ * to wait for a dump of the id meanwhile. 0 (also when it had nothing to do), or -errno.
  */
 int dump(struct pipeline *p, struct tier_handle *rd, const struct blockid *id, uint64_t version,
-	 unsigned flags)
+	 unsigned how)
 {
 	struct tier_handle *lres;
 	struct block_attr a, cur;
@@ -537,11 +652,13 @@ int dump(struct pipeline *p, struct tier_handle *rd, const struct blockid *id, u
 	pthread_mutex_t *st = stripe_of(p, id);
 	const char *data = tier_data(rd);
 	struct dump_claim claim;
+	bool recode = how & DUMP_RECODE, hurried = false, worth = false;
 	int64_t t0 = mono_ns();
 	int rc;
 
-	dump_claim(p, id, &claim);
-	if (p->cache->ops->lookup(p->cache, id, &cur) || cur.version != version || !cur.dirty) {
+	dump_claim(p, id, &claim, how & DUMP_WAITED);
+	if (p->cache->ops->lookup(p->cache, id, &cur) || cur.version != version ||
+	    cur.dirty == recode) {
 		dump_unclaim(p, &claim);
 		tier_close(rd);
 		return 0; /* written by the dump this one waited for, or replaced, or removed */
@@ -554,8 +671,23 @@ int dump(struct pipeline *p, struct tier_handle *rd, const struct blockid *id, u
 	rc = p->below->ops->reserve(p->below, id, TIER_RESERVE_SEQ, a.size, &lres);
 	for (uint64_t off = 0; rc == 0 && off < a.size;) {
 		size_t len = a.size - off > COPY_CHUNK ? COPY_CHUNK : (size_t)(a.size - off);
-		ssize_t n = p->below->ops->write(lres, data + off, len, off);
+		ssize_t n;
 
+		/* someone waits for this dump while others keep the CPU busy: the bytes go down
+		 * as they are, and the block is encoded again once nobody waits */
+		if (recode && atomic_load(&claim.waited)) {
+			p->below->ops->abort(lres); /* a newer version waits to be written */
+			dump_unclaim(p, &claim);
+			tier_close(rd);
+			return 0;
+		}
+		if (!recode && !hurried && p->hurry &&
+		    (atomic_load(&claim.waited) || atomic_load(&p->waiters)) &&
+		    other_dumps(p, id)) {
+			hurried = true;
+			worth = tier_hurry(lres);
+		}
+		n = p->below->ops->write(lres, data + off, len, off);
 		if (n < 0) {
 			rc = (int)n;
 			p->below->ops->abort(lres);
@@ -571,11 +703,17 @@ int dump(struct pipeline *p, struct tier_handle *rd, const struct blockid *id, u
 	}
 	if (rc == 0) {
 		pthread_mutex_lock(st);
-		if (p->cache->ops->lookup(p->cache, id, &cur) == 0 && cur.version == version) {
+		struct block_attr was;
+
+		/* a rewrite replaces only the very version it was made from */
+		if (p->cache->ops->lookup(p->cache, id, &cur) == 0 && cur.version == version &&
+		    (!recode || (p->below->ops->lookup(p->below, id, &was) == 0 &&
+				 was.mtime == m.mtime))) {
 			m.deadline = cur.deadline; /* a TTL set while we wrote (under this stripe) */
 			pthread_rwlock_rdlock(&p->usage_lock);
-			rc = p->below->ops->commit(lres, &m, flags, NULL);
-			if (rc == 0)
+			rc = p->below->ops->commit(lres, &m, (how & DUMP_DURABLE) ?
+						   TIER_COMMIT_DURABLE : 0, NULL);
+			if (rc == 0 && !recode)
 				p->cache->ops->mark_clean(p->cache, id, version);
 			pthread_rwlock_unlock(&p->usage_lock);
 		} else {
@@ -586,11 +724,57 @@ int dump(struct pipeline *p, struct tier_handle *rd, const struct blockid *id, u
 	}
 	dump_unclaim(p, &claim);
 	tier_close(rd);
-	if (rc == 0) {
+	if (rc == 0 && recode) {
+		atomic_fetch_add(&p->recodes, 1);
+	} else if (rc == 0) {
 		atomic_fetch_add(&p->dumps, 1);
+		atomic_fetch_add(&p->dumps_hurried, worth);
 		histogram_observe(&p->dump_hist, mono_ns() - t0);
+		if (worth)
+			recode_add(p, id, version);
 	}
 	return rc == -ESTALE ? 0 : rc;
+}
+
+/* Write a hurried block again, encoded, if memory still has that version (clean): durable,
+ * as the version it replaces was made by the fsync that hurried it. A block that left memory
+ * meanwhile stays as it is. */
+static void recode_run(struct pipeline *p, struct recode *r)
+{
+	struct tier_handle *rd;
+	struct block_attr a;
+
+	if (p->cache->ops->lookup(p->cache, &r->id, &a) == 0 && a.version == r->version &&
+	    !a.dirty && p->cache->ops->open(p->cache, &r->id, TIER_OPEN_INTERNAL, &rd) == 0) {
+		int rc = dump(p, rd, &r->id, r->version, DUMP_RECODE | DUMP_DURABLE);
+
+		if (rc)
+			log_warn("writing a block again, compressed, failed (%s); it stays as "
+				 "it is", strerror(-rc));
+	}
+	free(r);
+}
+
+/* The first re-encode that may run now, or NULL: only while no other job runs or is queued.
+ * *wait_ns: how long until one may (0: none). qlock held. */
+static struct recode *pop_recode_locked(struct pipeline *p, int64_t *wait_ns)
+{
+	struct recode *r = p->rhead;
+	int64_t now;
+
+	*wait_ns = 0;
+	if (!r || p->stop)
+		return NULL;
+	now = mono_ns();
+	if (p->running || p->queued || r->due > now) {
+		*wait_ns = r->due > now ? r->due - now : RECODE_DELAY_NS / 4;
+		return NULL;
+	}
+	p->rhead = r->next;
+	if (!p->rhead)
+		p->rtail = NULL;
+	p->nrecode--;
+	return r;
 }
 
 void enqueue_dump(struct pipeline *p, struct tier_handle *rd, const struct blockid *id,

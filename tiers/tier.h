@@ -228,6 +228,12 @@ struct tier_ops {
 	/* Ask that this reservation's commit be durable (fsync before close). 0 */
 	int (*set_durable)(struct tier_handle *h);
 
+	/* (stages) Someone now waits for this reservation to be safe below: spend no more CPU
+	 * on the bytes still to come (a compressing stage passes them on as they are). true if
+	 * they will take more room than they would have (the block is worth writing again
+	 * later, when nobody waits), false if nothing changes. Optional. */
+	bool (*hurry)(struct tier_handle *h);
+
 
 	/* Publish a reservation atomically and give the handle back. With rd != NULL, also
 	 * open the published version into *rd (pinned with TIER_COMMIT_PIN, else internal).
@@ -303,6 +309,11 @@ static inline const void *tier_data(struct tier_handle *h)
 	return h->tier->ops->data ? h->tier->ops->data(h) : NULL;
 }
 
+static inline bool tier_hurry(struct tier_handle *h)
+{
+	return h->tier->ops->hurry ? h->tier->ops->hurry(h) : false;
+}
+
 static inline void tier_close(struct tier_handle *h)
 {
 	if (h)
@@ -346,7 +357,7 @@ static inline void tier_destroy(struct tier *t)
  */
 /* Any change to a struct or a flag of this header that a built library would see differently
  * makes a new ABI version. */
-#define UCMFS_TIER_ABI 1
+#define UCMFS_TIER_ABI 2
 #define UCMFS_TIER_ENTRY "ucmfs_tier_plugin"
 
 enum tier_kind {

@@ -290,6 +290,7 @@ static int pipe_create(struct build *b, struct stage *st, int n, struct tier **o
 		.default_ttl_ms = o->ttl_ms,
 		.durable = o->durable,
 		.shared = o->shared_ms >= 0,
+		.hurry = !o->sync_inline,
 		/* psync: each worker has one disk IO in flight; aio: io_depth bounds the IOs
 		 * of the engine, and two workers keep the 2 vCPUs measured here busy */
 		.dump_threads = o->io == IO_PSYNC && o->io_depth ? o->io_depth : 2,

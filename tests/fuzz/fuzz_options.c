@@ -96,7 +96,7 @@ static void check_format_sizes(const struct ucm_options *o, const char *full, si
 
 /* The lines of options_format() after store=, mountpoint= and topology= (whose values are
  * paths that may hold newlines): one per option. */
-#define OPTION_LINES 19
+#define OPTION_LINES 20
 
 /*
  * Turn the effective configuration back into a command line and parse it: the same text.

@@ -1245,14 +1245,16 @@ struct two {
 };
 
 /* A pipeline of memory (`mem` bytes) over zstd over a native store, with `workers` threads
- * (0: not started); below is a fault tier above the compression, mem one around the cache. */
-static void two_open_with(struct two *w, unsigned workers, uint64_t mem, bool fresh_dir)
+ * (0: not started); below is a fault tier above the compression, mem one around the cache.
+ * hurry: an fsync behind other dumps hurries them (the daemon's sync_compress=defer). */
+static void two_open_hurry(struct two *w, unsigned workers, uint64_t mem, bool fresh_dir,
+			   bool hurry)
 {
 	struct compress_config zc = { .zstd = true, .level = 1 };
 	struct cache_config cc = { .capacity = mem, .policy = POLICY_LRU,
 				   .dirty_wait_ms = workers ? 200 : 0 };
 	struct pipeline_config pc = { .max_block = 64 * MB, .default_ttl_ms = TTL_NONE,
-				      .dump_threads = workers ? workers : 2 };
+				      .dump_threads = workers ? workers : 2, .hurry = hurry };
 	struct tier *disk, *below;
 
 	if (fresh_dir)
@@ -1267,6 +1269,11 @@ static void two_open_with(struct two *w, unsigned workers, uint64_t mem, bool fr
 	ck_assert_int_eq(pipeline_create(&pc, &w->t), 0);
 	if (workers)
 		ck_assert_int_eq(pipeline_start(w->t), 0);
+}
+
+static void two_open_with(struct two *w, unsigned workers, uint64_t mem, bool fresh_dir)
+{
+	two_open_hurry(w, workers, mem, fresh_dir, false);
 }
 
 static void two_open(struct two *w, bool threads, bool fresh_dir)
@@ -1570,6 +1577,109 @@ START_TEST(test_fault_disk_worker_passes_synced_dump)
 	tu_expect(w.t, &a, 2, 3 * MB);
 	tu_expect(w.t, &b, 3, 100 * KB);
 	tu_expect(w.t, &c, 1, 100 * KB);
+	two_close(&w, true);
+}
+END_TEST
+
+/* Wait (up to 20 s) until the pipeline has written n hurried blocks again. */
+static void wait_recompressed(struct tier *t, uint64_t n)
+{
+	int64_t until = mono_ns() + 20 * 1000000000LL;
+	struct pipeline_counters c;
+
+	for (;;) {
+		pipeline_counters(t, &c);
+		if (c.recompressed >= n || mono_ns() > until)
+			break;
+		ut_sleep_ms(20);
+	}
+	ck_assert_msg(c.recompressed >= n, "%llu blocks written again, compressed, of %llu",
+		      (unsigned long long)c.recompressed, (unsigned long long)n);
+	ck_assert_uint_eq(c.recompress_pending, 0);
+}
+
+/*
+ * An fsync that comes while other dumps are being written does not also wait for its block's
+ * compression: the block goes below as it is, reads back whole, and is written again,
+ * compressed, once nobody waits. One worker, each write below slowed to 50 ms: the worker
+ * dumps a (3 MB: three writes) while b waits in the queue; the fsync of b writes b itself,
+ * uncompressed, and the worker stores the rest of a uncompressed too while the fsync waits.
+ * With hurry off (sync_compress=inline) the same fsync writes b compressed.
+ */
+START_TEST(test_fault_below_fsync_behind_dumps_hurries)
+{
+	for (int hurry = 1; hurry >= 0; hurry--) {
+		struct two w;
+		struct blockid a = ut_id(81), b = ut_id(82);
+		struct pipeline_counters c;
+		struct block_attr at;
+
+		two_open_hurry(&w, 1, 16 * MB, true, hurry);
+		slow_below(&w, FOP_WRITE, 50000000);
+		ck_assert_int_eq(two_put(w.t, &a, 1, 3 * MB, 3 * MB), 0);
+		ck_assert_int_eq(two_put(w.t, &b, 2, 2 * MB, 2 * MB), 0);
+		ck_assert_int_eq(w.t->ops->sync(w.t, &b), 0);
+		ck_assert_int_eq(tu_lookup(w.below, &b, &at), 0);
+		pipeline_counters(w.t, &c);
+		if (!hurry) {
+			ck_assert_uint_lt(at.stored, 2 * MB * 9 / 10);
+			tu_settle(w.t);
+			pipeline_counters(w.t, &c);
+			ck_assert_uint_eq(c.dumps_hurried, 0);
+			ck_assert_uint_eq(c.recompress_pending, 0);
+			two_close(&w, true);
+			continue;
+		}
+		ck_assert_uint_ge(at.stored, 2 * MB); /* raw (and its header): no zstd */
+		ck_assert_uint_ge(c.dumps_hurried, 1);
+		tu_expect(w.below, &b, 2, 2 * MB);
+		fault_disarm(w.below);
+		tu_settle(w.t);
+		pipeline_counters(w.t, &c);
+		ck_assert_uint_eq(c.dumps_hurried, 2); /* a from the moment b's fsync waited */
+		wait_recompressed(w.t, 2);
+		ck_assert_int_eq(tu_lookup(w.below, &b, &at), 0);
+		ck_assert_uint_lt(at.stored, 2 * MB * 9 / 10);
+		ck_assert_int_eq(tu_lookup(w.below, &a, &at), 0);
+		ck_assert_uint_lt(at.stored, 3 * MB * 9 / 10);
+		tu_expect(w.below, &a, 1, 3 * MB);
+		tu_expect(w.below, &b, 2, 2 * MB);
+		tu_expect(w.t, &b, 2, 2 * MB);
+		two_close(&w, true);
+	}
+}
+END_TEST
+
+/*
+ * A hurried block that is removed, or replaced, before it is written again stays removed, or
+ * replaced: writing it again must not bring the old bytes back.
+ */
+START_TEST(test_fault_below_hurried_block_removed_or_replaced)
+{
+	struct two w;
+	struct blockid a = ut_id(83), b = ut_id(84);
+	struct pipeline_counters c;
+
+	two_open_hurry(&w, 1, 16 * MB, true, true);
+	slow_below(&w, FOP_WRITE, 50000000);
+	ck_assert_int_eq(two_put(w.t, &a, 1, 3 * MB, 3 * MB), 0);
+	ck_assert_int_eq(two_put(w.t, &b, 2, 2 * MB, 2 * MB), 0);
+	ck_assert_int_eq(w.t->ops->sync(w.t, &b), 0);
+	fault_disarm(w.below);
+	pipeline_counters(w.t, &c);
+	ck_assert_uint_ge(c.recompress_pending, 1); /* b's rewrite waits a second */
+	ck_assert_int_eq(w.t->ops->remove(w.t, &b), 0);
+	ck_assert_int_eq(two_put(w.t, &a, 3, 3 * MB, 3 * MB), 0); /* a new version of a */
+	ck_assert_int_eq(w.t->ops->sync(w.t, &a), 0);
+	ut_sleep_ms(1500); /* past the delay of a rewrite */
+	tu_settle(w.t);
+	pipeline_counters(w.t, &c);
+	ck_assert_uint_eq(c.recompress_pending, 0);
+	ck_assert_uint_eq(c.recompressed, 0);
+	ck_assert_int_eq(tu_lookup(w.t, &b, NULL), -ENOENT);
+	ck_assert_int_eq(tu_lookup(w.below, &b, NULL), -ENOENT);
+	tu_expect(w.below, &a, 3, 3 * MB);
+	tu_expect(w.t, &a, 3, 3 * MB);
 	two_close(&w, true);
 }
 END_TEST
@@ -1883,7 +1993,9 @@ Suite *fault_below_suite(void)
 {
 	const TTest *errors[] = { test_fault_below_try_commit_keeps_handle,
 				  test_fault_below_empty_block_dump_fails,
-				  test_fault_below_failed_replacement_keeps_old, NULL };
+				  test_fault_below_failed_replacement_keeps_old,
+				  test_fault_below_fsync_behind_dumps_hurries,
+				  test_fault_below_hurried_block_removed_or_replaced, NULL };
 
 	return loop_suite("fault_below", test_fault_below_every_call,
 			  test_fault_below_every_call_threads, test_fault_below_random, errors);

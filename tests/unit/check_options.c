@@ -178,6 +178,12 @@ START_TEST(test_options_words)
 	ck_assert_int_eq(opts.shuffle, 4);
 	ok_opts("durable");
 	ck_assert(opts.durable);
+	/* an fsync behind other dumps: the block raw now, compressed later (default) */
+	ck_assert(!opts.sync_inline);
+	ok_opts("sync_compress=inline");
+	ck_assert(opts.sync_inline);
+	ok_opts("sync_compress=defer");
+	ck_assert(!opts.sync_inline);
 }
 END_TEST
 
@@ -221,6 +227,8 @@ START_TEST(test_options_bad_words)
 	bad_opts("shuffle", "shuffle");
 	bad_opts("durable=1", "durable");
 	bad_opts("durable=yes", "durable");
+	bad_opts("sync_compress=later", "sync_compress");
+	bad_opts("sync_compress", "sync_compress");
 }
 END_TEST
 
@@ -605,6 +613,7 @@ START_TEST(test_options_format_reads_back)
 	ck_assert_ptr_nonnull(strstr(buf, "layout=ucm\n"));
 	ck_assert_ptr_nonnull(strstr(buf, "ttl=30000ms\n"));
 	ck_assert_ptr_nonnull(strstr(buf, "block_size=unset\n"));
+	ck_assert_ptr_nonnull(strstr(buf, "sync_compress=defer\n"));
 	/* a short buffer is truncated, NUL-terminated */
 	n = options_format(&opts, buf, 16);
 	ck_assert_uint_eq(n, 15);

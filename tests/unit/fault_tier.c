@@ -388,6 +388,12 @@ static int f_set_durable(struct tier_handle *th)
 	return in->tier->ops->set_durable(in);
 }
 
+/* Not a device call: forwarded, never faulted. */
+static bool f_hurry(struct tier_handle *th)
+{
+	return tier_hurry(in_of(th));
+}
+
 static void f_abort(struct tier_handle *th)
 {
 	struct tier_handle *in = in_of(th);
@@ -459,6 +465,7 @@ static const struct tier_ops fault_ops = {
 	.write = f_write,
 	.truncate = f_truncate,
 	.set_durable = f_set_durable,
+	.hurry = f_hurry,
 	.commit = f_commit,
 	.abort = f_abort,
 	.remove = f_remove,
@@ -496,6 +503,7 @@ static void mirror_nulls(struct tier_ops *ops, const struct tier_ops *inner)
 	KEEP_IF(write);
 	KEEP_IF(truncate);
 	KEEP_IF(set_durable);
+	KEEP_IF(hurry);
 	KEEP_IF(commit);
 	KEEP_IF(abort);
 	KEEP_IF(remove);
