@@ -11,6 +11,7 @@ import os
 import random
 import struct
 import sys
+import time
 from statistics import NormalDist
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -352,7 +353,74 @@ def test_write_without_cache():
             verify(m, blocks, 'written with -o %s, read with the default pipeline' % opts)
 
 
+def fsync_burst(m, datas):
+    """Write every block of datas, then fsync each (a writer making a batch durable).
+    Returns {id: data}."""
+    blocks = {}
+    for data in datas:
+        bid = rand_id()
+        write_file(m.path(bid), data)
+        blocks[bid] = data
+    for bid in blocks:
+        fd = os.open(m.path(bid), os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    return blocks
+
+
+def check_compressed(m, blocks, what):
+    for bid, data in blocks.items():
+        stored = int(xattr(m.path(bid), 'user.ucm.stored'))
+        check(codec_of(m, bid).startswith('zstd'), '%s: codec %s' % (what, codec_of(m, bid)))
+        check(stored < 0.8 * len(data), '%s: stored %d of %d bytes' % (what, stored, len(data)))
+
+
+@case(timeout=240)
+def test_fsync_behind_dumps():
+    """sync_compress=defer (the default): fsyncs of a batch just written do not wait for zstd
+    on blocks that other dumps hold back; those go to disk raw (ucmfs_dumps_hurried_total)
+    and, once the daemon is idle, are written again compressed. Every block reads back
+    byte-exact, also after a remount, and ends compressed. sync_compress=inline: nothing is
+    hurried, and every block is compressed when its fsync returns."""
+    datas = [kv_bytes(4 * MiB, 300 + i) for i in range(24)]
+    with Mount() as m:
+        with open(m.path('.ucm/config')) as f:
+            check('sync_compress=defer\n' in f.read(), 'config does not say sync_compress=defer')
+        blocks = {}
+        for _ in range(4):  # a batch whose fsyncs catch up with the compressor; once is usual
+            blocks.update(fsync_burst(m, datas))
+            if stat_sum(m, 'ucmfs_dumps_hurried_total') > 0:
+                break
+        hurried = stat_sum(m, 'ucmfs_dumps_hurried_total')
+        check(hurried > 0, 'four batches of 24 blocks of 4 MiB written and fsynced: no fsync '
+              'found its block behind other dumps')
+        # (some may be written again already: that waits a second after each)
+        raw = [bid for bid in blocks if int(xattr(m.path(bid), 'user.ucm.stored')) >= 4 * MiB]
+        for bid in raw[:4]:
+            same(read_file(m.path(bid)), blocks[bid], 'a block stored raw by an fsync')
+        deadline = time.time() + 60
+        while time.time() < deadline and stat_sum(m, 'ucmfs_recompressed_total') < hurried:
+            time.sleep(0.1)
+        check(stat_sum(m, 'ucmfs_recompressed_total') == hurried and
+              stat_sum(m, 'ucmfs_recompress_pending') == 0, '%d blocks hurried, %d written '
+              'again a minute later' % (hurried, stat_sum(m, 'ucmfs_recompressed_total')))
+        check_compressed(m, blocks, 'after the daemon was idle')
+        sys.stderr.write('# %d blocks hurried, %d stored raw after the fsyncs, %d written '
+                         'again\n' % (hurried, len(raw),
+                                      stat_sum(m, 'ucmfs_recompressed_total')))
+        m.remount()
+        verify(m, {b: ('kv', len(d), d) for b, d in blocks.items()}, 'after remount')
+        check_compressed(m, blocks, 'after remount')
+    with Mount('sync_compress=inline') as m:
+        blocks = fsync_burst(m, datas)
+        check_compressed(m, blocks, 'sync_compress=inline, as the fsyncs returned')
+        check(stat_sum(m, 'ucmfs_dumps_hurried_total') == 0, 'sync_compress=inline hurried '
+              'a dump')
+
+
 if __name__ == '__main__':
     run([test_kv_blocks_from_disk, test_random_access_streamed, test_block_of_many_chunks_from_disk,
          test_compress_none_stores_raw, test_shuffle_options, test_readable_without_compress_stage,
-         test_write_without_cache])
+         test_write_without_cache, test_fsync_behind_dumps])
