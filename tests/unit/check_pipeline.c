@@ -1153,6 +1153,67 @@ START_TEST(test_pipeline_threads)
 }
 END_TEST
 
+#define HF_IDS 12
+
+/* One writer of the fsync race: its ids (every other one), written, then fsynced one by one,
+ * twice, the second time with new content. */
+static void *hf_run(void *arg)
+{
+	int me = *(int *)arg;
+
+	for (uint64_t round = 0; round < 2; round++) {
+		for (int k = me; k < HF_IDS; k += 2) {
+			struct blockid id = ut_id(6000 + (uint64_t)k);
+
+			ck_assert_int_eq(pput(&id, 10 + round, MB, 0), 0);
+		}
+		for (int k = me; k < HF_IDS; k += 2) {
+			struct blockid id = ut_id(6000 + (uint64_t)k);
+
+			ck_assert_int_eq(P()->ops->sync(P(), &id), 0);
+		}
+	}
+	return NULL;
+}
+
+/*
+ * Two writers each write and fsync their blocks, twice over, while the workers dump them:
+ * fsyncs that find other dumps running hurry them (stored raw), and every hurried block still
+ * in memory is written again compressed. In the end every block has its last content in both
+ * tiers and is stored compressed; a rewrite never brought back the first round's bytes.
+ */
+START_TEST(test_pipeline_fsyncs_hurry_and_recompress)
+{
+	struct tu_stack_config c = { .posix = true, .hurry = true };
+	struct tier *t = open_stack(64 * MB, &c);
+	int me[2] = { 0, 1 };
+	pthread_t th[2];
+	int64_t until;
+
+	for (int i = 0; i < 2; i++)
+		ck_assert_int_eq(pthread_create(&th[i], NULL, hf_run, &me[i]), 0);
+	for (int i = 0; i < 2; i++)
+		pthread_join(th[i], NULL);
+	until = mono_ns() + 60 * 1000000000LL;
+	while (mono_ns() < until && counters().recompress_pending) /* every fsync returned */
+		ut_sleep_ms(20);
+
+	ck_assert_uint_eq(counters().recompress_pending, 0);
+	t->ops->drain(t);
+	for (int k = 0; k < HF_IDS; k++) {
+		struct blockid id = ut_id(6000 + (uint64_t)k);
+		struct block_attr a;
+
+		tu_expect(t, &id, 11, MB);
+		expect_on_disk(&id, 11, MB);
+		ck_assert(on_disk(&id, &a));
+		ck_assert_msg(a.stored < MB * 9 / 10, "block %d stored with %llu bytes of %llu", k,
+			      (unsigned long long)a.stored, (unsigned long long)MB);
+	}
+	ck_assert_uint_eq(counters().dump_errors, 0);
+}
+END_TEST
+
 Suite *pipeline_suite(void)
 {
 	Suite *s = suite_create("pipeline");
@@ -1195,6 +1256,7 @@ Suite *pipeline_suite(void)
 	tcase_add_test(conc, test_pipeline_threads);
 	tcase_add_test(conc, test_pipeline_parallel_reads_from_disk);
 	tcase_add_test(conc, test_pipeline_no_workers_joined_load);
+	tcase_add_test(conc, test_pipeline_fsyncs_hurry_and_recompress);
 	suite_add_tcase(s, core);
 	suite_add_tcase(s, errors);
 	suite_add_tcase(s, conc);

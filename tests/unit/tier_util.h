@@ -99,6 +99,7 @@ struct tu_stack_config {
 	bool compress;             /* a compress tier (zstd) over the disk, as the daemon has */
 	uint32_t chunk_size;       /* its chunk size; 0: the default */
 	int nstores;               /* > 1: a stripe over that many posix tiers */
+	bool hurry;                /* fsyncs behind other dumps hurry them (sync_compress=defer) */
 };
 
 void tu_stack_open(struct tu_stack *s, const struct tu_stack_config *cfg);
