@@ -748,7 +748,8 @@ static void recode_run(struct pipeline *p, struct recode *r)
 	    !a.dirty && p->cache->ops->open(p->cache, &r->id, TIER_OPEN_INTERNAL, &rd) == 0) {
 		int rc = dump(p, rd, &r->id, r->version, DUMP_RECODE | DUMP_DURABLE);
 
-		if (rc)
+		/* a full disk is said by the dumps that need the room */
+		if (rc && rc != -ENOSPC)
 			log_warn("writing a block again, compressed, failed (%s); it stays as "
 				 "it is", strerror(-rc));
 	}
