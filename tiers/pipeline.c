@@ -964,8 +964,8 @@ static void pipe_metrics(struct tier *t, struct metrics *m)
 			"Loads run between two pieces of a dump instead of after it.", "",
 			c.dump_yields);
 	metrics_counter(m, "ucmfs_dumps_hurried_total",
-			"Dumps an fsync waited for while others kept the CPU busy: the rest of "
-			"the block went to disk uncompressed.", "", c.dumps_hurried);
+			"Dumps written while an fsync waited and other dumps kept the CPU busy: "
+			"the rest of the block went to disk uncompressed.", "", c.dumps_hurried);
 	metrics_counter(m, "ucmfs_recompressed_total",
 			"Hurried blocks written to disk again, compressed.", "", c.recompressed);
 	metrics_counter(m, "ucmfs_recompress_dropped_total",
