@@ -22,8 +22,9 @@
  * loop of a writer comes to those next. A hurried block is written again, compressed and
  * durable, RECODE_DELAY_NS later at the earliest, by a worker that finds no other job running
  * or queued, if memory still holds that very version and the disk still has the one it
- * replaces (commit time); otherwise it stays as it is. The list of those (at most
- * RECODE_MAX) is lost at exit.
+ * replaces (commit time); otherwise it stays as it is. A rewrite is idle work: it stops as
+ * soon as anyone waits for a dump, and is tried again later; the dumps it overlaps are not
+ * hurried for it. The list of those (at most RECODE_MAX) is lost at exit.
  *
  * A load is single-flight and streaming. The first reader of a block that is only on disk
  * creates a `struct loading`: a cache reservation of the block's size split into pieces of
@@ -541,6 +542,7 @@ struct dump_claim {
 	struct dump_claim *next;
 	atomic_bool waited;          /* someone waits for it (an fsync, a durable close) */
 	bool waiter;                 /* its own caller waits: counted in p->waiters */
+	bool recode;                 /* a rewrite (DUMP_RECODE): idle work, not a dump */
 };
 
 static struct dump_claim *claim_of_locked(struct pipeline *p, const struct blockid *id)
@@ -565,7 +567,7 @@ static bool other_dumps(struct pipeline *p, const struct blockid *id)
 
 	pthread_mutex_lock(&p->qlock);
 	for (struct dump_claim *o = p->dumping; o && !any; o = o->next)
-		any = !blockid_eq(&o->id, id);
+		any = !o->recode && !blockid_eq(&o->id, id);
 	for (struct dump_job *j = p->dhead; j && !any; j = j->next)
 		any = !blockid_eq(&j->id, id);
 	pthread_mutex_unlock(&p->qlock);
@@ -575,7 +577,7 @@ static bool other_dumps(struct pipeline *p, const struct blockid *id)
 /* Wait until no dump of id runs, then claim it for the caller. A caller who waits for the
  * block to be safe (waited) tells the dump it waits for. */
 static void dump_claim(struct pipeline *p, const struct blockid *id, struct dump_claim *c,
-		       bool waited)
+		       bool waited, bool recode)
 {
 	struct dump_claim *o;
 
@@ -590,6 +592,7 @@ static void dump_claim(struct pipeline *p, const struct blockid *id, struct dump
 	c->id = *id;
 	atomic_init(&c->waited, waited);
 	c->waiter = waited;
+	c->recode = recode;
 	c->next = p->dumping;
 	p->dumping = c;
 	pthread_mutex_unlock(&p->qlock);
@@ -640,8 +643,8 @@ static void recode_add(struct pipeline *p, const struct blockid *id, uint64_t ve
  * publish it there, unless it is no longer worth it: a dump is single-flight per id, and one
  * that waited for another (a worker's queued dump and an fsync's of the same block) finds the
  * version clean, or replaced, and writes nothing. With DUMP_RECODE the version is clean
- * already (a hurried dump stored it raw) and is written again, encoded, unless someone comes
- * to wait for a dump of the id meanwhile. 0 (also when it had nothing to do), or -errno.
+ * already (a hurried dump stored it raw) and is written again, encoded; -EAGAIN if it gave
+ * way to someone who came to wait for a dump. 0 (also when it had nothing to do), or -errno.
  */
 int dump(struct pipeline *p, struct tier_handle *rd, const struct blockid *id, uint64_t version,
 	 unsigned how)
@@ -656,7 +659,7 @@ int dump(struct pipeline *p, struct tier_handle *rd, const struct blockid *id, u
 	int64_t t0 = mono_ns();
 	int rc;
 
-	dump_claim(p, id, &claim, how & DUMP_WAITED);
+	dump_claim(p, id, &claim, how & DUMP_WAITED, recode);
 	if (p->cache->ops->lookup(p->cache, id, &cur) || cur.version != version ||
 	    cur.dirty == recode) {
 		dump_unclaim(p, &claim);
@@ -675,11 +678,13 @@ int dump(struct pipeline *p, struct tier_handle *rd, const struct blockid *id, u
 
 		/* someone waits for this dump while others keep the CPU busy: the bytes go down
 		 * as they are, and the block is encoded again once nobody waits */
-		if (recode && atomic_load(&claim.waited)) {
-			p->below->ops->abort(lres); /* a newer version waits to be written */
+		/* idle work gives way to anyone waiting (for a newer version of this block, or
+		 * any other) */
+		if (recode && (atomic_load(&claim.waited) || atomic_load(&p->waiters))) {
+			p->below->ops->abort(lres);
 			dump_unclaim(p, &claim);
 			tier_close(rd);
-			return 0;
+			return -EAGAIN;
 		}
 		if (!recode && !hurried && p->hurry &&
 		    (atomic_load(&claim.waited) || atomic_load(&p->waiters)) &&
@@ -748,8 +753,10 @@ static void recode_run(struct pipeline *p, struct recode *r)
 	    !a.dirty && p->cache->ops->open(p->cache, &r->id, TIER_OPEN_INTERNAL, &rd) == 0) {
 		int rc = dump(p, rd, &r->id, r->version, DUMP_RECODE | DUMP_DURABLE);
 
+		if (rc == -EAGAIN) /* gave way to a waiter: later */
+			recode_add(p, &r->id, r->version);
 		/* a full disk is said by the dumps that need the room */
-		if (rc && rc != -ENOSPC)
+		else if (rc && rc != -ENOSPC)
 			log_warn("writing a block again, compressed, failed (%s); it stays as "
 				 "it is", strerror(-rc));
 	}

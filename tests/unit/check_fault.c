@@ -1684,6 +1684,46 @@ START_TEST(test_fault_below_hurried_block_removed_or_replaced)
 }
 END_TEST
 
+/*
+ * A rewrite is idle work: an fsync that comes while one runs is not hurried for it (its block
+ * is stored compressed), and the rewrite gives way and is done later.
+ */
+START_TEST(test_fault_below_rewrite_gives_way_to_fsync)
+{
+	struct two w;
+	struct blockid a = ut_id(85), b = ut_id(86), c = ut_id(87);
+	struct pipeline_counters pc;
+	struct block_attr at;
+	int64_t until;
+
+	two_open_hurry(&w, 1, 16 * MB, true, true);
+	slow_below(&w, FOP_WRITE, 50000000);
+	ck_assert_int_eq(two_put(w.t, &a, 1, 3 * MB, 3 * MB), 0);
+	ck_assert_int_eq(two_put(w.t, &b, 2, 2 * MB, 2 * MB), 0);
+	ck_assert_int_eq(w.t->ops->sync(w.t, &b), 0);
+	tu_settle(w.t);
+	/* the first rewrite starts a second later, and takes at least 100 ms */
+	until = mono_ns() + 10 * 1000000000LL;
+	do {
+		pipeline_counters(w.t, &pc);
+	} while (pc.recompress_pending == 2 && mono_ns() < until);
+	ck_assert_uint_eq(pc.recompress_pending, 1);
+	ck_assert_uint_eq(pc.recompressed, 0);
+	ck_assert_int_eq(two_put(w.t, &c, 3, 1 * MB, 1 * MB), 0);
+	ck_assert_int_eq(w.t->ops->sync(w.t, &c), 0);
+	ck_assert_int_eq(tu_lookup(w.below, &c, &at), 0);
+	ck_assert_uint_lt(at.stored, MB * 9 / 10);
+	fault_disarm(w.below);
+	wait_recompressed(w.t, 2);
+	pipeline_counters(w.t, &pc);
+	ck_assert_uint_eq(pc.dumps_hurried, 2);
+	tu_expect(w.below, &a, 1, 3 * MB);
+	tu_expect(w.below, &b, 2, 2 * MB);
+	tu_expect(w.below, &c, 3, 1 * MB);
+	two_close(&w, true);
+}
+END_TEST
+
 /* One read answered later by map_start(). */
 struct later {
 	pthread_mutex_t *lock;
@@ -1995,7 +2035,8 @@ Suite *fault_below_suite(void)
 				  test_fault_below_empty_block_dump_fails,
 				  test_fault_below_failed_replacement_keeps_old,
 				  test_fault_below_fsync_behind_dumps_hurries,
-				  test_fault_below_hurried_block_removed_or_replaced, NULL };
+				  test_fault_below_hurried_block_removed_or_replaced,
+				  test_fault_below_rewrite_gives_way_to_fsync, NULL };
 
 	return loop_suite("fault_below", test_fault_below_every_call,
 			  test_fault_below_every_call_threads, test_fault_below_random, errors);
