@@ -676,8 +676,6 @@ int dump(struct pipeline *p, struct tier_handle *rd, const struct blockid *id, u
 		size_t len = a.size - off > COPY_CHUNK ? COPY_CHUNK : (size_t)(a.size - off);
 		ssize_t n;
 
-		/* someone waits for this dump while others keep the CPU busy: the bytes go down
-		 * as they are, and the block is encoded again once nobody waits */
 		/* idle work gives way to anyone waiting (for a newer version of this block, or
 		 * any other) */
 		if (recode && (atomic_load(&claim.waited) || atomic_load(&p->waiters))) {
@@ -686,6 +684,8 @@ int dump(struct pipeline *p, struct tier_handle *rd, const struct blockid *id, u
 			tier_close(rd);
 			return -EAGAIN;
 		}
+		/* someone waits for this dump while others keep the CPU busy: the bytes go down
+		 * as they are, and the block is encoded again once nobody waits */
 		if (!recode && !hurried && p->hurry &&
 		    (atomic_load(&claim.waited) || atomic_load(&p->waiters)) &&
 		    other_dumps(p, id)) {
