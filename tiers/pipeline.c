@@ -1076,8 +1076,11 @@ int pipeline_create(const struct pipeline_config *cfg, struct tier **out)
 	/* hosts sharing the store: a block written again later could land over another host's
 	 * newer version, so fsyncs there wait for compression */
 	p->hurry = cfg->hurry && !cfg->shared;
-	p->nthreads = cfg->dump_threads < 1 ? 1
+	p->ndumpers = cfg->dump_threads < 1 ? 1
 		      : cfg->dump_threads > MAX_WORKERS ? MAX_WORKERS : cfg->dump_threads;
+	p->nthreads = cfg->load_threads > MAX_WORKERS ? MAX_WORKERS : cfg->load_threads;
+	if (p->nthreads < p->ndumpers)
+		p->nthreads = p->ndumpers;
 	pthread_mutex_init(&p->lock, NULL);
 	for (int i = 0; i < NSTRIPES; i++)
 		pthread_mutex_init(&p->stripe[i], NULL);

@@ -19,7 +19,8 @@ struct pipeline_config {
 	bool durable;            /* every commit durable */
 	bool shared;             /* other hosts share the store below (-o shared) */
 	bool hurry;              /* a waited dump behind others is stored raw, encoded later */
-	unsigned dump_threads;
+	unsigned dump_threads;    /* dumps written at once, at most (the CPU's share) */
+	unsigned load_threads;    /* workers in all (at least dump_threads): the others load */
 };
 
 /* Stack cfg's tiers; the pipeline owns them from then on (also on failure).

@@ -62,6 +62,7 @@ struct pipeline {
 	pthread_cond_t ucond;        /* wakes the fetcher */
 	unsigned queued, running;    /* jobs; protected by qlock */
 	unsigned running_loads;      /* of those running, loads; protected by qlock */
+	unsigned running_dumps;      /* of those running, dumps and rewrites; qlock */
 	unsigned fetches;            /* of both, the fetcher's (loads too); protected by qlock */
 	struct dump_job *parked;     /* dumps that kept failing (a full or read-only disk): tried
 	                              * again every PARK_RETRY_NS, after any dump that works, and
@@ -75,7 +76,8 @@ struct pipeline {
 	bool final;                  /* draining for exit: a failed dump is not parked; qlock */
 	bool stuck;                  /* told the cache that dumps are parked; qlock */
 	bool stop;                   /* protected by qlock */
-	unsigned nthreads;
+	unsigned nthreads;           /* workers */
+	unsigned ndumpers;           /* of them, how many dump at once at most */
 	pthread_t threads[MAX_WORKERS];
 	pthread_t sweeper;           /* reclaims expired blocks every SWEEP_MS */
 	pthread_t fetcher;           /* fetches the pieces readers wait for */

@@ -5,7 +5,9 @@
  * DESIGN
  *
  * Workers serve two queues, loads first: a reader may be waiting for a load, nobody waits for
- * a dump (except fsync, which runs its dump itself). They run at nice WORKER_NICE, so that
+ * a dump (except fsync, which runs its dump itself). At most ndumpers of them dump at once
+ * (compression takes a CPU each); the others only load, so that readers of many cold blocks
+ * have as many loads in flight as the disk wants. They run at nice WORKER_NICE, so that
  * the compression and writing of dumps takes the CPU the FUSE threads leave (the FUSE threads
  * answer hot reads, and never wait for the disk themselves).
  *
@@ -36,9 +38,11 @@
  * never parked on the disk. Up to LOAD_RUNNERS workers run one load at once (the tier below
  * allows parallel reads of one handle), each taking the next piece to fetch: first the
  * pieces waiters lack (as foreground IO, tiers/io.h), then the others in order from the first
- * read's piece, wrapping around (background IO, which the disk serves after the foreground);
- * the disk tier reads ahead of that stream (the kernel's read-ahead, or its own prefetch with
- * io=aio). The load is queued at open (an open loads the block, DESIGN.md section 3) but its
+ * read's piece, wrapping around, as many consecutive ones as RUN_BYTES holds in one read
+ * straight into the block's memory (background IO, which the disk serves after the
+ * foreground, unless a reader waits for this block: then foreground too). The block below is
+ * opened with TIER_OPEN_RUNS: the disk tier reads nothing ahead of those reads into memory of
+ * its own (that was a copy of every byte). The load is queued at open (an open loads the block, DESIGN.md section 3) but its
  * runners give the first read HINT_WAIT to arrive, so that a reader of one shard has its
  * piece fetched first. A runner with only unwaited pieces left gives way to any other load
  * queued (it queues its own again behind it, after one piece at least), so that the first
@@ -76,7 +80,8 @@
 #define HINT_WAIT_NS 2000000 /* how long the worker waits for the first read to say where */
 #define MAX_PIECES 4096
 #define WORKER_NICE 5 /* workers' nice value: mostly compression and disk writes */
-#define LOAD_RUNNERS 2 /* workers fetching the pieces of one load at once (2 CPUs) */
+#define LOAD_RUNNERS 4 /* workers fetching the pieces of one load at once */
+#define RUN_BYTES (4u << 20) /* pieces nobody waits for yet are read up to this many at once */
 #define RECODE_DELAY_NS 1000000000LL /* a hurried block is encoded again this long after */
 #define RECODE_MAX 65536 /* hurried blocks waiting for that; more stay as they are */
 
@@ -257,7 +262,9 @@ static void *worker(void *arg)
 	pthread_mutex_lock(&p->qlock);
 	for (;;) {
 		struct loading *ld = pop_load(p);
-		struct dump_job *j = ld ? NULL : pop_dump_locked(p);
+		/* at most ndumpers dump at once (zstd takes a CPU each); the others load */
+		struct dump_job *j = ld || p->running_dumps >= p->ndumpers ? NULL
+				     : pop_dump_locked(p);
 		struct tier_handle *again = NULL;
 		bool park = false, retry = false;
 		int rc;
@@ -268,13 +275,15 @@ static void *worker(void *arg)
 
 			if (p->stop && !p->dhead)
 				break;
-			r = pop_recode_locked(p, &wait_ns);
+			r = pop_recode_locked(p, &wait_ns); /* only when nothing else runs */
 			if (r) {
 				p->running++;
+				p->running_dumps++;
 				pthread_mutex_unlock(&p->qlock);
 				recode_run(p, r);
 				pthread_mutex_lock(&p->qlock);
 				p->running--;
+				p->running_dumps--;
 				pthread_cond_broadcast(&p->qidle);
 			} else if (wait_ns) {
 				struct timespec ts;
@@ -294,6 +303,7 @@ static void *worker(void *arg)
 		}
 		p->running++;
 		p->running_loads += ld != NULL;
+		p->running_dumps += j != NULL;
 		pthread_mutex_unlock(&p->qlock);
 
 		if (ld) {
@@ -338,6 +348,9 @@ static void *worker(void *arg)
 		}
 		pthread_mutex_lock(&p->qlock);
 		p->running--;
+		p->running_dumps--;
+		if (p->dhead)
+			pthread_cond_signal(&p->qcond); /* a worker kept from dumping may now */
 		if (j && park) {
 			j->next = p->parked;
 			p->parked = j;
@@ -841,10 +854,13 @@ void load_put(struct pipeline *p, struct loading *ld)
 #define CLAIM_NONE (-1)  /* no piece left to fetch (or the load failed) */
 #define CLAIM_YIELD (-2) /* only pieces nobody waits for, and another load is queued */
 
-/* Take the next piece to fetch and mark it BUSY: the first one a waiting read lacks
- * (*wanted), else (if bg) the next in order. CLAIM_NONE or CLAIM_YIELD. ld->lock held. */
-static int claim_piece(struct loading *ld, bool bg, bool *wanted)
+/* Take the next pieces to fetch and mark them BUSY: the first one a waiting read lacks
+ * (*wanted, *count 1), else (if bg) the next in order and the pieces after it that are still
+ * to fetch, up to RUN_BYTES (*count of them, read with one request). The first piece's index,
+ * CLAIM_NONE or CLAIM_YIELD. ld->lock held. */
+static int claim_piece(struct loading *ld, bool bg, bool *wanted, uint32_t *count)
 {
+	*count = 1;
 	if (ld->err)
 		return CLAIM_NONE;
 	for (struct load_waiter *w = ld->waiters; w; w = w->next) {
@@ -862,9 +878,12 @@ static int claim_piece(struct loading *ld, bool bg, bool *wanted)
 		if (ld->state[i] == P_TODO) {
 			if (!bg)
 				return CLAIM_YIELD;
-			*wanted = false;
-			ld->cursor = (i + 1) % ld->npieces;
+			*wanted = ld->waiters != NULL;
 			ld->state[i] = P_BUSY;
+			while (i + *count < ld->npieces && ld->state[i + *count] == P_TODO &&
+			       (*count + 1) * ld->piece <= RUN_BYTES)
+				ld->state[i + (*count)++] = P_BUSY;
+			ld->cursor = (i + *count) % ld->npieces;
 			return (int)i;
 		}
 	}
@@ -921,12 +940,13 @@ static void call_ready(struct pipeline *p, struct loading *ld, struct load_waite
 
 static void load_finish(struct pipeline *p, struct loading *ld);
 
-/* Fetch piece i (BUSY, claimed by this thread) and answer the waiters it completes; the
- * thread that fetches the last piece admits the block first. */
-static void fetch_piece(struct pipeline *p, struct loading *ld, uint32_t i, bool wanted)
+/* Fetch pieces [i, i + count) (BUSY, claimed by this thread) and answer the waiters they
+ * complete; the thread that fetches the last piece admits the block first. */
+static void fetch_pieces(struct pipeline *p, struct loading *ld, uint32_t i, uint32_t count,
+			 bool wanted)
 {
-	uint64_t off = (uint64_t)i * ld->piece;
-	size_t len = ld->a.size - off < ld->piece ? (size_t)(ld->a.size - off) : ld->piece;
+	uint64_t off = (uint64_t)i * ld->piece, run = (uint64_t)count * ld->piece;
+	size_t len = ld->a.size - off < run ? (size_t)(ld->a.size - off) : (size_t)run;
 	struct load_waiter *ready = NULL;
 	ssize_t n;
 
@@ -937,8 +957,10 @@ static void fetch_piece(struct pipeline *p, struct loading *ld, uint32_t i, bool
 
 	pthread_mutex_lock(&ld->lock);
 	if (n == (ssize_t)len) {
-		ld->state[i] = P_DONE;
-		if (++ld->ndone == ld->npieces && !ld->closing) {
+		for (uint32_t k = i; k < i + count; k++)
+			ld->state[k] = P_DONE;
+		ld->ndone += count;
+		if (ld->ndone == ld->npieces && !ld->closing) {
 			/* the last piece: admit the block before any read of it is answered, so
 			 * that a reader who has all its bytes finds the block in memory */
 			ld->closing = true;
@@ -947,7 +969,8 @@ static void fetch_piece(struct pipeline *p, struct loading *ld, uint32_t i, bool
 			return;
 		}
 	} else {
-		ld->state[i] = P_TODO;
+		for (uint32_t k = i; k < i + count; k++)
+			ld->state[k] = P_TODO;
 		if (!ld->err) {
 			ld->err = n < 0 ? (int)n : -EIO;
 			atomic_fetch_add(&p->load_errors, 1);
@@ -1082,6 +1105,7 @@ static void load_requeue(struct pipeline *p, struct loading *ld)
 static void load_run(struct pipeline *p, struct loading *ld)
 {
 	bool wanted;
+	uint32_t count;
 	unsigned fetched = 0;
 	int i;
 
@@ -1112,11 +1136,11 @@ static void load_run(struct pipeline *p, struct loading *ld)
 		pthread_mutex_unlock(&ld->lock);
 		other = fetched && other_load_queued(p, ld);
 		pthread_mutex_lock(&ld->lock);
-		i = claim_piece(ld, !other, &wanted);
+		i = claim_piece(ld, !other, &wanted, &count);
 		if (i < 0)
 			break;
 		pthread_mutex_unlock(&ld->lock);
-		fetch_piece(p, ld, (uint32_t)i, wanted);
+		fetch_pieces(p, ld, (uint32_t)i, count, wanted);
 		fetched++;
 		pthread_mutex_lock(&ld->lock);
 	}
@@ -1134,6 +1158,7 @@ static void load_run(struct pipeline *p, struct loading *ld)
 static void load_fetch_wanted(struct pipeline *p, struct loading *ld)
 {
 	bool wanted;
+	uint32_t count;
 	int i;
 
 	pthread_mutex_lock(&ld->lock);
@@ -1143,9 +1168,9 @@ static void load_fetch_wanted(struct pipeline *p, struct loading *ld)
 		return;
 	}
 	ld->runners++;
-	while ((i = claim_piece(ld, false, &wanted)) >= 0) {
+	while ((i = claim_piece(ld, false, &wanted, &count)) >= 0) {
 		pthread_mutex_unlock(&ld->lock);
-		fetch_piece(p, ld, (uint32_t)i, true);
+		fetch_pieces(p, ld, (uint32_t)i, count, true);
 		pthread_mutex_lock(&ld->lock);
 	}
 	ld->runners--;
@@ -1283,6 +1308,15 @@ static struct loading *find_load(struct pipeline *p, const struct blockid *id)
 	return NULL;
 }
 
+/* The block below is read straight by its reader, in the reader's requests, which the disk
+ * tier reads ahead of: a handle opened again without TIER_OPEN_RUNS in place of lh. */
+static int open_direct(struct pipeline *p, const struct blockid *id, struct tier_handle *lh,
+		       struct tier_handle **direct)
+{
+	tier_close(lh);
+	return p->below->ops->open(p->below, id, 0, direct);
+}
+
 int load_open(struct pipeline *p, const struct blockid *id, bool wait, struct loading **out,
 	      struct tier_handle **direct)
 {
@@ -1302,15 +1336,15 @@ int load_open(struct pipeline *p, const struct blockid *id, bool wait, struct lo
 	if (joined)
 		return 0;
 
-	rc = p->below->ops->open(p->below, id, 0, &lh);
+	/* the runners read it in runs of pieces, several at once (RUN_BYTES) */
+	rc = p->below->ops->open(p->below, id, p->cache ? TIER_OPEN_RUNS : 0, &lh);
 	if (rc)
 		return rc;
 	ld = p->cache ? load_new(p, id, lh, wait) : NULL;
 	if (!ld) {
-		/* no room in memory that could be made without waiting: read straight from below */
+		/* no room in memory that could be made without waiting */
 		atomic_fetch_add(&p->streamed, 1);
-		*direct = lh;
-		return 0;
+		return open_direct(p, id, lh, direct);
 	}
 	if (!p->started || wait)
 		ld->hinted = true; /* no reader to say where to start: from the first piece */
@@ -1335,8 +1369,7 @@ int load_open(struct pipeline *p, const struct blockid *id, bool wait, struct lo
 			tier_close(lh);
 			return 0;
 		}
-		*direct = lh; /* no memory to track the load */
-		return 0;
+		return open_direct(p, id, lh, direct); /* no memory to track the load */
 	}
 	if (!p->started) {
 		/* no workers: load it whole now */

@@ -104,6 +104,7 @@ struct phandle {
 	unsigned nwin;
 	uint64_t win_next;       /* where the next window starts */
 	bool streaming;          /* byte 0 was read: the block is being read whole */
+	bool runs;               /* TIER_OPEN_RUNS: no windows */
 	struct block_attr attr;  /* read */
 	uint64_t room;           /* write: payload bytes make_room() has allowed for */
 	uint64_t promised;       /* write: all the room promised (header too), given back at end */
@@ -758,6 +759,7 @@ static int posix_open(struct tier *t, const struct blockid *id, unsigned flags,
 		return -ENOMEM;
 	posix_block_path(p, id, path, sizeof(path));
 	h->direct = io_engine_direct(p->io);
+	h->runs = flags & TIER_OPEN_RUNS;
 	h->fd = open_read(h, path);
 	if (h->fd < 0 || fstat(h->fd, &st))
 		err = errno;
@@ -976,7 +978,7 @@ static ssize_t stream_read(struct phandle *h, char *dst, size_t len, uint64_t so
 	size_t got = 0;
 	ssize_t n;
 
-	if (!h->direct)
+	if (!h->direct || h->runs)
 		return hread(h, dst, len, h->payload + so);
 	pthread_mutex_lock(&h->pf_lock);
 	if (so == 0 && len < h->size && !h->streaming) {

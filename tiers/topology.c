@@ -42,6 +42,7 @@
 #define TREE_MAX 4096
 #define ERR_MAX 512
 #define MAX_DIRS 64
+#define AIO_WORKERS 8 /* io=aio: workers, of which two dump at once (ucmfs(8), io_depth) */
 
 struct build {
 	const struct ucm_options *o;
@@ -292,8 +293,10 @@ static int pipe_create(struct build *b, struct stage *st, int n, struct tier **o
 		.shared = o->shared_ms >= 0,
 		.hurry = !o->sync_inline,
 		/* psync: each worker has one disk IO in flight; aio: io_depth bounds the IOs
-		 * of the engine, and two workers keep the 2 vCPUs measured here busy */
+		 * of the engine, two dumps at once keep the 2 vCPUs measured here busy, and
+		 * AIO_WORKERS workers in all keep many loads in flight (readers of cold blocks) */
 		.dump_threads = o->io == IO_PSYNC && o->io_depth ? o->io_depth : 2,
+		.load_threads = o->io == IO_PSYNC && o->io_depth ? o->io_depth : AIO_WORKERS,
 	};
 	struct stage decoder = { .name = "compress" };
 	int top = 0, rc = 0, i;

@@ -1247,14 +1247,25 @@ struct two {
 /* A pipeline of memory (`mem` bytes) over zstd over a native store, with `workers` threads
  * (0: not started); below is a fault tier above the compression, mem one around the cache.
  * hurry: an fsync behind other dumps hurries them (the daemon's sync_compress=defer). */
+static void two_open_workers(struct two *w, unsigned workers, unsigned loaders, uint64_t mem,
+			     bool fresh_dir, bool hurry);
+
 static void two_open_hurry(struct two *w, unsigned workers, uint64_t mem, bool fresh_dir,
 			   bool hurry)
+{
+	two_open_workers(w, workers, 0, mem, fresh_dir, hurry);
+}
+
+/* As two_open_hurry(), with `loaders` workers in all, of which `workers` dump at once. */
+static void two_open_workers(struct two *w, unsigned workers, unsigned loaders, uint64_t mem,
+			     bool fresh_dir, bool hurry)
 {
 	struct compress_config zc = { .zstd = true, .level = 1 };
 	struct cache_config cc = { .capacity = mem, .policy = POLICY_LRU,
 				   .dirty_wait_ms = workers ? 200 : 0 };
 	struct pipeline_config pc = { .max_block = 64 * MB, .default_ttl_ms = TTL_NONE,
-				      .dump_threads = workers ? workers : 2, .hurry = hurry };
+				      .dump_threads = workers ? workers : 2, .load_threads = loaders,
+				      .hurry = hurry };
 	struct tier *disk, *below;
 
 	if (fresh_dir)
@@ -1771,6 +1782,43 @@ static void later_wait(pthread_mutex_t *lock, pthread_cond_t *cond, int *answere
  * returns; the worker that fetches a read's last piece answers it with the right bytes. A
  * failing disk answers every waiting read with its error.
  */
+/*
+ * Workers beyond dump_threads only load: with one dumper writing slowly and blocks queued
+ * behind it, one dump runs at a time, and a reader of a block only on disk gets it
+ * meanwhile, byte-exact, without waiting for the dumps.
+ */
+START_TEST(test_fault_below_loads_beside_slow_dumps)
+{
+	struct two w;
+	struct blockid a = ut_id(91), b = ut_id(92), c = ut_id(93);
+	struct fault_stats st;
+	struct pipeline_counters pc;
+	struct block_attr at;
+
+	two_open_workers(&w, 1, 3, 16 * MB, true, false);
+	ck_assert_int_eq(two_put(w.t, &c, 3, 3 * MB + 5, 3 * MB + 5), 0);
+	tu_settle(w.t);
+	two_close(&w, false);
+	two_open_workers(&w, 1, 3, 16 * MB, false, false); /* c is only on disk */
+	slow_below(&w, FOP_WRITE, 300000000);
+	ck_assert_int_eq(two_put(w.t, &a, 1, 2 * MB, 2 * MB), 0);
+	ck_assert_int_eq(two_put(w.t, &b, 2, 2 * MB, 2 * MB), 0);
+	ut_sleep_ms(50);
+	tu_expect(w.t, &c, 3, 3 * MB + 5); /* loaded while a's writes crawl */
+	fault_get_stats(w.below, &st);
+	pipeline_counters(w.t, &pc);
+	ck_assert_uint_eq(pc.dumps, 0);
+	ck_assert_uint_eq(pc.loads, 1);
+	ck_assert_uint_eq(st.seen[FOP_RESERVE], 1); /* b's dump waits for the dumper */
+	ck_assert_int_ne(tu_lookup(w.below, &b, &at), 0);
+	fault_disarm(w.below);
+	tu_settle(w.t);
+	tu_expect(w.below, &a, 1, 2 * MB);
+	tu_expect(w.below, &b, 2, 2 * MB);
+	two_close(&w, true);
+}
+END_TEST
+
 START_TEST(test_fault_disk_reads_answered_later)
 {
 	enum { R = 6 };
@@ -2036,7 +2084,8 @@ Suite *fault_below_suite(void)
 				  test_fault_below_failed_replacement_keeps_old,
 				  test_fault_below_fsync_behind_dumps_hurries,
 				  test_fault_below_hurried_block_removed_or_replaced,
-				  test_fault_below_rewrite_gives_way_to_fsync, NULL };
+				  test_fault_below_rewrite_gives_way_to_fsync,
+				  test_fault_below_loads_beside_slow_dumps, NULL };
 
 	return loop_suite("fault_below", test_fault_below_every_call,
 			  test_fault_below_every_call_threads, test_fault_below_random, errors);

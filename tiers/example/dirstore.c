@@ -35,7 +35,8 @@
  * on PATH keeps a second process out, so temp files found at create are a dead writer's.
  *
  * Pins (block_attr.pins) are not counted: nothing here evicts blocks, so an open reader
- * needs nothing but its open file, and TIER_OPEN_INTERNAL changes nothing.
+ * needs nothing but its open file, and TIER_OPEN_INTERNAL changes nothing; nor does
+ * TIER_OPEN_RUNS (it reads nothing ahead of its readers).
  */
 #define _DEFAULT_SOURCE
 
