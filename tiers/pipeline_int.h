@@ -62,7 +62,8 @@ struct pipeline {
 	pthread_cond_t ucond;        /* wakes the fetcher */
 	unsigned queued, running;    /* jobs; protected by qlock */
 	unsigned running_loads;      /* of those running, loads; protected by qlock */
-	unsigned running_dumps;      /* of those running, dumps and rewrites; qlock */
+	unsigned running_cpu;        /* of those running, dumps, rewrites and loads of encoded
+				      * blocks (by workers): at most ndumpers; qlock */
 	unsigned fetches;            /* of both, the fetcher's (loads too); protected by qlock */
 	struct dump_job *parked;     /* dumps that kept failing (a full or read-only disk): tried
 	                              * again every PARK_RETRY_NS, after any dump that works, and
@@ -77,7 +78,7 @@ struct pipeline {
 	bool stuck;                  /* told the cache that dumps are parked; qlock */
 	bool stop;                   /* protected by qlock */
 	unsigned nthreads;           /* workers */
-	unsigned ndumpers;           /* of them, how many dump at once at most */
+	unsigned ndumpers;           /* of them, how many compress or decode at once at most */
 	pthread_t threads[MAX_WORKERS];
 	pthread_t sweeper;           /* reclaims expired blocks every SWEEP_MS */
 	pthread_t fetcher;           /* fetches the pieces readers wait for */

@@ -38,11 +38,13 @@
  * never parked on the disk. Up to LOAD_RUNNERS workers run one load at once (the tier below
  * allows parallel reads of one handle), each taking the next piece to fetch: first the
  * pieces waiters lack (as foreground IO, tiers/io.h), then the others in order from the first
- * read's piece, wrapping around, as many consecutive ones as RUN_BYTES holds in one read
- * straight into the block's memory (background IO, which the disk serves after the
- * foreground, unless a reader waits for this block: then foreground too). The block below is
- * opened with TIER_OPEN_RUNS: the disk tier reads nothing ahead of those reads into memory of
- * its own (that was a copy of every byte). The load is queued at open (an open loads the block, DESIGN.md section 3) but its
+ * read's piece, wrapping around (background IO, which the disk serves after the foreground,
+ * unless a reader waits for this block: then foreground too). Of a block stored raw, a runner
+ * takes as many consecutive pieces as RUN_BYTES holds, in one read straight into the block's
+ * memory, and the block below is opened with TIER_OPEN_RUNS: the disk tier reads nothing
+ * ahead of those reads into memory of its own (that was a copy of every byte). An encoded
+ * block goes a piece at a time, decoded in between, behind the disk tier's read-ahead; its
+ * runners count among the ndumpers workers that take a CPU. The load is queued at open (an open loads the block, DESIGN.md section 3) but its
  * runners give the first read HINT_WAIT to arrive, so that a reader of one shard has its
  * piece fetched first. A runner with only unwaited pieces left gives way to any other load
  * queued (it queues its own again behind it, after one piece at least), so that the first
@@ -122,6 +124,7 @@ struct loading {
 	struct loading *qnext;       /* in the load queue; protected by p->qlock */
 	unsigned passes;             /* runners still to take it from the queue; p->qlock */
 	bool inq;                    /* in the load queue; p->qlock */
+	bool decode;                 /* stored encoded: its runners take a CPU (ndumpers) */
 	struct loading *unext;       /* in the fetcher's list; p->qlock */
 	bool urgent;                 /* in the fetcher's list; p->qlock */
 	pthread_mutex_t lock;        /* protects everything below that changes */
@@ -155,20 +158,28 @@ static void recode_run(struct pipeline *p, struct recode *r);
 
 static __thread bool in_worker; /* this thread is one of the pipeline's workers */
 
-/* Take the first queued load, or NULL; it stays first in the queue until as many runners as
- * it wants have taken it. p->qlock held. */
-static struct loading *pop_load(struct pipeline *p)
+/* Take the first queued load (of a block stored raw, unless `decode`: the caller may take a
+ * CPU), or NULL; it stays in the queue until as many runners as it wants have taken it.
+ * p->qlock held. */
+static struct loading *pop_load(struct pipeline *p, bool decode)
 {
-	struct loading *ld = p->lhead;
+	struct loading *ld = p->lhead, *prev = NULL;
 
+	while (ld && ld->decode && !decode) {
+		prev = ld;
+		ld = ld->qnext;
+	}
 	if (!ld)
 		return NULL;
 	if (--ld->passes > 0)
 		return ld;
 	ld->inq = false;
-	p->lhead = ld->qnext;
-	if (!p->lhead)
-		p->ltail = NULL;
+	if (prev)
+		prev->qnext = ld->qnext;
+	else
+		p->lhead = ld->qnext;
+	if (p->ltail == ld)
+		p->ltail = prev;
 	p->queued--;
 	atomic_fetch_sub(&p->lqueued, 1);
 	return ld;
@@ -183,7 +194,7 @@ static void yield_to_loads(struct pipeline *p)
 		return;
 	for (;;) {
 		pthread_mutex_lock(&p->qlock);
-		ld = pop_load(p);
+		ld = pop_load(p, true); /* this worker's CPU, which the dump leaves meanwhile */
 		if (ld) {
 			p->running++;
 			p->running_loads++;
@@ -261,10 +272,12 @@ static void *worker(void *arg)
 		log_debug("cannot lower the priority of a worker thread: %s", strerror(errno));
 	pthread_mutex_lock(&p->qlock);
 	for (;;) {
-		struct loading *ld = pop_load(p);
-		/* at most ndumpers dump at once (zstd takes a CPU each); the others load */
-		struct dump_job *j = ld || p->running_dumps >= p->ndumpers ? NULL
-				     : pop_dump_locked(p);
+		/* at most ndumpers compress or decode at once (a CPU each); the others load
+		 * blocks stored raw */
+		bool cpu = p->running_cpu < p->ndumpers;
+		struct loading *ld = pop_load(p, cpu);
+		struct dump_job *j = ld || !cpu ? NULL : pop_dump_locked(p);
+		bool decode = ld && ld->decode;
 		struct tier_handle *again = NULL;
 		bool park = false, retry = false;
 		int rc;
@@ -278,12 +291,12 @@ static void *worker(void *arg)
 			r = pop_recode_locked(p, &wait_ns); /* only when nothing else runs */
 			if (r) {
 				p->running++;
-				p->running_dumps++;
+				p->running_cpu++;
 				pthread_mutex_unlock(&p->qlock);
 				recode_run(p, r);
 				pthread_mutex_lock(&p->qlock);
 				p->running--;
-				p->running_dumps--;
+				p->running_cpu--;
 				pthread_cond_broadcast(&p->qidle);
 			} else if (wait_ns) {
 				struct timespec ts;
@@ -303,14 +316,17 @@ static void *worker(void *arg)
 		}
 		p->running++;
 		p->running_loads += ld != NULL;
-		p->running_dumps += j != NULL;
+		p->running_cpu += j || decode;
 		pthread_mutex_unlock(&p->qlock);
 
 		if (ld) {
-			load_run(p, ld);
+			load_run(p, ld); /* ld may be gone after */
 			pthread_mutex_lock(&p->qlock);
 			p->running--;
 			p->running_loads--;
+			p->running_cpu -= decode;
+			if (decode && (p->lhead || p->dhead))
+				pthread_cond_signal(&p->qcond); /* one kept from its CPU may now */
 			pthread_cond_broadcast(&p->qidle);
 			continue;
 		}
@@ -348,9 +364,9 @@ static void *worker(void *arg)
 		}
 		pthread_mutex_lock(&p->qlock);
 		p->running--;
-		p->running_dumps--;
-		if (p->dhead)
-			pthread_cond_signal(&p->qcond); /* a worker kept from dumping may now */
+		p->running_cpu--;
+		if (p->dhead || p->lhead)
+			pthread_cond_signal(&p->qcond); /* one kept from its CPU may now */
 		if (j && park) {
 			j->next = p->parked;
 			p->parked = j;
@@ -855,9 +871,12 @@ void load_put(struct pipeline *p, struct loading *ld)
 #define CLAIM_YIELD (-2) /* only pieces nobody waits for, and another load is queued */
 
 /* Take the next pieces to fetch and mark them BUSY: the first one a waiting read lacks
- * (*wanted, *count 1), else (if bg) the next in order and the pieces after it that are still
- * to fetch, up to RUN_BYTES (*count of them, read with one request). The first piece's index,
- * CLAIM_NONE or CLAIM_YIELD. ld->lock held. */
+ * (*wanted, *count 1), else (if bg) the next in order and, for a block stored raw, the pieces
+ * after it that are still to fetch, up to RUN_BYTES (*count of them, read with one request;
+ * an encoded block goes a chunk at a time, decoded in between, so that its runner soon gives
+ * way to the next block's first read, and the disk tier reads ahead of it). *wanted also
+ * when a reader waits for another piece of ld: the IO is then foreground. The first piece's
+ * index, CLAIM_NONE or CLAIM_YIELD. ld->lock held. */
 static int claim_piece(struct loading *ld, bool bg, bool *wanted, uint32_t *count)
 {
 	*count = 1;
@@ -880,7 +899,7 @@ static int claim_piece(struct loading *ld, bool bg, bool *wanted, uint32_t *coun
 				return CLAIM_YIELD;
 			*wanted = ld->waiters != NULL;
 			ld->state[i] = P_BUSY;
-			while (i + *count < ld->npieces && ld->state[i + *count] == P_TODO &&
+			while (!ld->decode && i + *count < ld->npieces && ld->state[i + *count] == P_TODO &&
 			       (*count + 1) * ld->piece <= RUN_BYTES)
 				ld->state[i + (*count)++] = P_BUSY;
 			ld->cursor = (i + *count) % ld->npieces;
@@ -1221,10 +1240,10 @@ static struct loading *load_new(struct pipeline *p, const struct blockid *id,
 	 * a block checked as a whole (reading a part of it reads all of it first, then that part
 	 * again from the disk: pieces would read it twice, in a queue one deep), and a block
 	 * the daemon loads for itself (a prefetch: nobody waits for a first piece, and one read
-	 * of all its stored bytes lands straight in memory, as deep as the disk takes it, where
-	 * pieces go through the read-ahead windows and are copied out of them; its chunks are
-	 * then decoded one after the other, by the worker that read them) */
+	 * of all its stored bytes lands straight in memory, as deep as the disk takes it; its
+	 * chunks are then decoded one after the other, by the worker that read them) */
 	if (p->below->ops->layout && p->below->ops->layout(lh, &lay) == 0) {
+		ld->decode = lay.codec != CODEC_RAW;
 		if (ld->a.size && (lay.whole || wait))
 			ld->piece = ld->a.size;
 		else if (lay.nchunks && lay.chunk_size >= (64u << 10))
@@ -1265,6 +1284,8 @@ static void load_kick(struct pipeline *p, struct loading *ld)
 	unsigned passes = p->nthreads < LOAD_RUNNERS ? p->nthreads : LOAD_RUNNERS;
 	bool kick;
 
+	if (ld->decode && passes > p->ndumpers)
+		passes = p->ndumpers; /* no more decode at once */
 	if (passes > ld->npieces)
 		passes = ld->npieces ? ld->npieces : 1;
 	pthread_mutex_lock(&ld->lock);

@@ -104,7 +104,7 @@ struct phandle {
 	unsigned nwin;
 	uint64_t win_next;       /* where the next window starts */
 	bool streaming;          /* byte 0 was read: the block is being read whole */
-	bool runs;               /* TIER_OPEN_RUNS: no windows */
+	bool runs;               /* TIER_OPEN_RUNS of a raw block: no windows */
 	struct block_attr attr;  /* read */
 	uint64_t room;           /* write: payload bytes make_room() has allowed for */
 	uint64_t promised;       /* write: all the room promised (header too), given back at end */
@@ -759,7 +759,6 @@ static int posix_open(struct tier *t, const struct blockid *id, unsigned flags,
 		return -ENOMEM;
 	posix_block_path(p, id, path, sizeof(path));
 	h->direct = io_engine_direct(p->io);
-	h->runs = flags & TIER_OPEN_RUNS;
 	h->fd = open_read(h, path);
 	if (h->fd < 0 || fstat(h->fd, &st))
 		err = errno;
@@ -825,6 +824,7 @@ static int posix_open(struct tier *t, const struct blockid *id, unsigned flags,
 	h->attr.version = h->ino;
 	h->attr.where = TIER_DISK;
 	h->attr.codec = h->hdr->codec;
+	h->runs = (flags & TIER_OPEN_RUNS) && h->hdr->codec == CODEC_RAW;
 	*out = &h->base;
 	return 0;
 err:

@@ -106,8 +106,10 @@ struct block_meta {
 
 /* open() flags */
 #define TIER_OPEN_INTERNAL 1u /* a reference for the daemon's own use: not counted as a pin */
-#define TIER_OPEN_RUNS 2u     /* the caller reads the block in large requests of its own,
-				 several at once: a disk tier reads nothing ahead of them */
+#define TIER_OPEN_RUNS 2u     /* the caller reads a block stored raw in large requests of
+				 its own, several at once: a disk tier reads nothing ahead
+				 of them (an encoded one is read a chunk at a time, decoded
+				 in between: reading ahead still pays there) */
 
 /* reserve() flags */
 #define TIER_RESERVE_EXCL 1u  /* fail -EEXIST if the id is committed or reserved */

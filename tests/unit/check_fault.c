@@ -1783,9 +1783,10 @@ static void later_wait(pthread_mutex_t *lock, pthread_cond_t *cond, int *answere
  * failing disk answers every waiting read with its error.
  */
 /*
- * Workers beyond dump_threads only load: with one dumper writing slowly and blocks queued
- * behind it, one dump runs at a time, and a reader of a block only on disk gets it
- * meanwhile, byte-exact, without waiting for the dumps.
+ * At most dump_threads workers compress or decode at once: with one dumper writing slowly
+ * and a block queued behind it, one dump runs at a time (the other workers only load blocks
+ * stored raw), and a reader of a block only on disk gets it meanwhile, byte-exact, without
+ * waiting for the dumps (the fetcher decodes what readers wait for).
  */
 START_TEST(test_fault_below_loads_beside_slow_dumps)
 {
