@@ -360,7 +360,7 @@ static inline void tier_destroy(struct tier *t)
  * `build/ucm-tier-check LIB.so` runs the daemon's tier contract suite against a store.
  */
 /* Any change to a struct or a flag of this header that a built library would see differently
- * makes a new ABI version. */
+ * makes a new ABI version. A new flag that a tier may ignore (TIER_OPEN_RUNS) is not one. */
 #define UCMFS_TIER_ABI 2
 #define UCMFS_TIER_ENTRY "ucmfs_tier_plugin"
 

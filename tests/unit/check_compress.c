@@ -1068,7 +1068,8 @@ static void *loader(void *p)
 
 /* A block read whole O_DIRECT (io=aio) the way a load reads it: from chunk 0, by three threads
  * in nearly the order of its chunks. The disk tier reads ahead of them in windows (chunks
- * straddle their edges, some reads come from behind them); every byte is the block's. */
+ * straddle their edges, some reads come from behind them), or, opened with TIER_OPEN_RUNS,
+ * not at all for a raw block; every byte is the block's. */
 START_TEST(test_compress_streamed_aio_reads)
 {
 	enum { THREADS = 3 };
@@ -1081,10 +1082,10 @@ START_TEST(test_compress_streamed_aio_reads)
 
 	zfix_open_io(&z, c, CS, true);
 	ck_assert_int_eq(put_seq(z.t, &id, data, size, &rng, CS), 0);
-	for (int pass = 0; pass < 2; pass++) {
+	for (int pass = 0; pass < 3; pass++) {
 		atomic_uint next = 0;
 
-		ck_assert_int_eq(z.t->ops->open(z.t, &id, 0, &h), 0);
+		ck_assert_int_eq(z.t->ops->open(z.t, &id, pass == 2 ? TIER_OPEN_RUNS : 0, &h), 0);
 		read_in_threads(c->name, loader, THREADS, h, data, size, &next,
 				10 * (uint64_t)pass);
 		tier_close(h);
