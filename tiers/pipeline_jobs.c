@@ -44,10 +44,11 @@
  * memory, and the block below is opened with TIER_OPEN_RUNS: the disk tier reads nothing
  * ahead of those reads into memory of its own (that was a copy of every byte). An encoded
  * block goes a piece at a time, decoded in between, behind the disk tier's read-ahead; its
- * runners count among the ndumpers workers that take a CPU. The load is queued at open (an open loads the block, DESIGN.md section 3) but its
- * runners give the first read HINT_WAIT to arrive, so that a reader of one shard has its
- * piece fetched first. A runner with only unwaited pieces left gives way to any other load
- * queued (it queues its own again behind it, after one piece at least), so that the first
+ * runners count among the ndumpers workers that take a CPU. The load is queued at open (an
+ * open loads the block, DESIGN.md section 3) but its runners give the first read HINT_WAIT
+ * to arrive, so that a reader of one shard has its piece fetched first. A runner with only
+ * unwaited pieces left gives way to any other load queued (it queues its own again behind
+ * it, after one run at least), so that the first
  * read of a block opened next does not wait for the whole of this one. And the fetcher, one
  * thread at normal priority, takes the pieces waiters lack the moment they wait, while the
  * workers may be in the middle of a piece (a cold 128 KiB shard read just after another
@@ -899,7 +900,8 @@ static int claim_piece(struct loading *ld, bool bg, bool *wanted, uint32_t *coun
 				return CLAIM_YIELD;
 			*wanted = ld->waiters != NULL;
 			ld->state[i] = P_BUSY;
-			while (!ld->decode && i + *count < ld->npieces && ld->state[i + *count] == P_TODO &&
+			while (!ld->decode && i + *count < ld->npieces &&
+			       ld->state[i + *count] == P_TODO &&
 			       (*count + 1) * ld->piece <= RUN_BYTES)
 				ld->state[i + (*count)++] = P_BUSY;
 			ld->cursor = (i + *count) % ld->npieces;
