@@ -1245,18 +1245,9 @@ struct two {
 };
 
 /* A pipeline of memory (`mem` bytes) over zstd over a native store, with `workers` threads
- * (0: not started); below is a fault tier above the compression, mem one around the cache.
- * hurry: an fsync behind other dumps hurries them (the daemon's sync_compress=defer). */
-static void two_open_workers(struct two *w, unsigned workers, unsigned loaders, uint64_t mem,
-			     bool fresh_dir, bool hurry);
-
-static void two_open_hurry(struct two *w, unsigned workers, uint64_t mem, bool fresh_dir,
-			   bool hurry)
-{
-	two_open_workers(w, workers, 0, mem, fresh_dir, hurry);
-}
-
-/* As two_open_hurry(), with `loaders` workers in all, of which `workers` dump at once. */
+ * that dump (0: not started) and `loaders` in all (at least `workers`); below is
+ * a fault tier above the compression, mem one around the cache. hurry: an fsync behind other
+ * dumps hurries them (the daemon's sync_compress=defer). */
 static void two_open_workers(struct two *w, unsigned workers, unsigned loaders, uint64_t mem,
 			     bool fresh_dir, bool hurry)
 {
@@ -1280,6 +1271,12 @@ static void two_open_workers(struct two *w, unsigned workers, unsigned loaders, 
 	ck_assert_int_eq(pipeline_create(&pc, &w->t), 0);
 	if (workers)
 		ck_assert_int_eq(pipeline_start(w->t), 0);
+}
+
+static void two_open_hurry(struct two *w, unsigned workers, uint64_t mem, bool fresh_dir,
+			   bool hurry)
+{
+	two_open_workers(w, workers, 0, mem, fresh_dir, hurry);
 }
 
 static void two_open_with(struct two *w, unsigned workers, uint64_t mem, bool fresh_dir)
@@ -1777,12 +1774,6 @@ static void later_wait(pthread_mutex_t *lock, pthread_cond_t *cond, int *answere
 }
 
 /*
- * Reads of a block that is being loaded from a slow disk do not wait in the thread that
- * asks (fs/fs.c's session threads): map_start() leaves each one waiting on the load and
- * returns; the worker that fetches a read's last piece answers it with the right bytes. A
- * failing disk answers every waiting read with its error.
- */
-/*
  * At most dump_threads workers compress or decode at once: with one dumper writing slowly
  * and a block queued behind it, one dump runs at a time (the other workers only load blocks
  * stored raw), and a reader of a block only on disk gets it meanwhile, byte-exact, without
@@ -1820,6 +1811,12 @@ START_TEST(test_fault_below_loads_beside_slow_dumps)
 }
 END_TEST
 
+/*
+ * Reads of a block that is being loaded from a slow disk do not wait in the thread that
+ * asks (fs/fs.c's session threads): map_start() leaves each one waiting on the load and
+ * returns; the worker that fetches a read's last piece answers it with the right bytes. A
+ * failing disk answers every waiting read with its error.
+ */
 START_TEST(test_fault_disk_reads_answered_later)
 {
 	enum { R = 6 };

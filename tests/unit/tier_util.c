@@ -278,7 +278,7 @@ void tu_stack_open(struct tu_stack *s, const struct tu_stack_config *cfg)
 		.default_ttl_ms = cfg->default_ttl_ms ? cfg->default_ttl_ms : TTL_NONE,
 		.durable = cfg->durable,
 		.dump_threads = 2,
-		.load_threads = 4, /* two of them only load, as with io=aio */
+		.load_threads = 4, /* two of them only load raw blocks, as with io=aio */
 		.hurry = cfg->hurry,
 	};
 	unsigned wait = cfg->dirty_wait_ms ? cfg->dirty_wait_ms : (cfg->posix ? 5000 : 0);
