@@ -419,20 +419,22 @@ static int check_combination(struct ucm_options *o, char *msg, size_t len)
 		snprintf(msg, len, "shared: there is no STORE to share (STORE is 'none')");
 		return -EINVAL;
 	}
-	if (o->layout == LAYOUT_UCM && o->codec == CODEC_ZSTD) {
-		snprintf(msg, len, "layout=ucm stores raw bytes: compress=zstd is not possible");
-		return -EINVAL;
-	}
 	if (o->topology) {
 		if (o->pipeline[0]) {
 			snprintf(msg, len, "options 'topology' and 'pipeline' both say which tiers "
 				 "to use: give one");
 			return -EINVAL;
 		}
-		/* the file says which tiers there are; the options are their defaults */
+		/* the file says which tiers there are; the options are their defaults, and a
+		 * stage may override either of layout=ucm and compress=zstd (topology.c refuses
+		 * the compress stage that has both) */
 		snprintf(o->pipeline, sizeof(o->pipeline), "topology");
 		options_derive(o);
 		return 0;
+	}
+	if (o->layout == LAYOUT_UCM && o->codec == CODEC_ZSTD) {
+		snprintf(msg, len, "layout=ucm stores raw bytes: compress=zstd is not possible");
+		return -EINVAL;
 	}
 	if (!o->pipeline[0])
 		snprintf(o->pipeline, sizeof(o->pipeline), "%s",

@@ -257,11 +257,13 @@ static int stage_create(struct build *b, struct stage *st, struct tier *below, s
 			rc = claim_dirs(b, st, &so);
 			b->raw_store = so.layout == LAYOUT_UCM;
 		}
-		if (rc == 0 && st->ref.plugin == &tier_compress_plugin && b->raw_store) {
-			if (so.codec == CODEC_ZSTD)
+		if (rc == 0 && st->ref.plugin == &tier_compress_plugin) {
+			if (b->raw_store && so.codec == CODEC_ZSTD)
 				rc = fail(b, st->where, -EINVAL, "the store below has layout=ucm, "
 					  "which keeps raw bytes: compress=zstd is not possible");
-			so.layout = LAYOUT_UCM; /* the encoder stores raw */
+			/* the store below decides, not the mount's layout=: over a raw store the
+			 * encoder stores raw */
+			so.layout = b->raw_store ? LAYOUT_UCM : LAYOUT_NATIVE;
 		}
 	}
 	if (rc) {

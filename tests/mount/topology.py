@@ -359,7 +359,8 @@ def test_store_alone_and_shorthand_unchanged():
 
 def test_ucm_layout_store_keeps_raw_bytes():
     """A posix store with layout=ucm under a compress stage that names no codec holds each
-    block as its raw bytes, one file per block."""
+    block as its raw bytes, one file per block; layout=ucm and compress=zstd given as options
+    are the defaults of the stages, refused only where one stage gets both."""
     with Mount() as m:
         m.unmount()
         store = os.path.join(m.tmp, 'ucm')
@@ -371,6 +372,26 @@ def test_ucm_layout_store_keeps_raw_bytes():
         check(len(files) == 1, 'files of the block in the STORE: %s' % files)
         with open(files[0], 'rb') as f:
             same(f.read(), data, 'the STORE file of a layout=ucm store')
+        # the options are the stages' defaults: a store that says layout=native takes the
+        # compress=zstd given beside layout=ucm; one that inherits layout=ucm refuses it
+        m.unmount()
+        native = os.path.join(m.tmp, 'native')
+        m.start('layout=ucm,compress=zstd,topology=' + topo(m, {'pipe': [
+            'cache', 'compress', {'tier': 'posix', 'path': native, 'layout': 'native'}]}))
+        write_file(m.path(bid), data)
+
+        def used():
+            return sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(native)
+                       for f in fs if f.startswith(bid))
+        wait_until(lambda: 0 < used() < len(data) // 2, 10)
+        check(0 < used() < len(data) // 2, 'a layout=native store under compress=zstd holds '
+              '%d bytes of a %d-byte block' % (used(), len(data)))
+        same(read_file(m.path(bid)), data, 'the block compressed over a layout=native store')
+        m.unmount()
+        refused(m, 'layout=ucm,compress=zstd,topology=' + topo(m, {'pipe': [
+            'cache', 'compress', {'tier': 'posix', 'path': store}]}),
+            r'/pipe/1: the store below has layout=ucm, .* compress=zstd is not possible',
+            'compress=zstd over a store that inherits layout=ucm')
 
 
 run([test_ttl_peer_keeps_short_blocks_off_disk, test_short_blocks_expire,
