@@ -35,8 +35,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <zstd.h>
 
+#include "src/buf.h"
 #include "src/hash.h"
 #include "src/metrics.h"
 #include "src/options.h"
@@ -155,7 +157,10 @@ static struct tls *tls_get(void)
 /* Scratch buffer i of this thread, at least n bytes, 4 KiB-aligned so that a read of stored
  * bytes into it goes straight from the disk (O_DIRECT). Its contents are not kept. It grows
  * by powers of two: blocks' stored sizes differ a little, and each new buffer is fresh memory
- * to fault in. */
+ * to fault in. From BUF_HUGE on it is made of huge pages, as the IO engine's own memory is
+ * (tiers/io.c, "Writes"): the disk read all the stored bytes of a prefetched block into 4
+ * KiB pages at a third of its rate into huge pages (a prefetch of 1 GiB of zstd blocks
+ * loaded 1.0 GB/s, now 1.5-1.8; docs/BENCHMARKS.md). */
 static char *scratch(struct tls *t, int i, size_t n)
 {
 	if (t->len[i] < n) {
@@ -164,8 +169,10 @@ static char *scratch(struct tls *t, int i, size_t n)
 
 		while (cap < n)
 			cap *= 2;
-		if (posix_memalign(&p, 4096, cap))
+		if (posix_memalign(&p, cap >= BUF_HUGE ? BUF_HUGE : 4096, cap))
 			return NULL;
+		if (cap >= BUF_HUGE)
+			madvise(p, cap, MADV_HUGEPAGE);
 		free(t->buf[i]);
 		t->buf[i] = p;
 		t->len[i] = cap;
