@@ -184,6 +184,17 @@ static void slab_free(void *p, size_t len)
  * docs/BENCHMARKS.md "Fresh memory"). Where huge pages are not available the advice fails
  * and nothing changes.
  */
+void *buf_io_alloc(size_t n)
+{
+	void *p;
+
+	if (posix_memalign(&p, n >= BUF_HUGE ? BUF_HUGE : BUF_ALIGN, n))
+		return NULL;
+	if (n >= BUF_HUGE)
+		madvise(p, n, MADV_HUGEPAGE);
+	return p;
+}
+
 static void *map_huge(size_t len, bool populate)
 {
 	char *m = mmap(NULL, len + BUF_HUGE, PROT_READ | PROT_WRITE,

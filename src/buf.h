@@ -32,6 +32,11 @@ void *buf_resize(void *p, size_t old_size, size_t new_size);
  * buf_file() exposed keeps its bytes for whoever still maps its file. */
 void buf_free(void *p, size_t size);
 
+/* Working memory of n bytes that the disk reads into or writes from (O_DIRECT), freed with
+ * free(), or NULL: 4 KiB-aligned, and from BUF_HUGE on aligned to it and made of transparent
+ * huge pages, so that a request is a few pieces of memory for the disk, not one per page. */
+void *buf_io_alloc(size_t n);
+
 /* What large buffers are made of. */
 enum buf_kind {
 	BUF_ANON,       /* anonymous memory (transparent huge pages where madvise allows) */

@@ -35,7 +35,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <zstd.h>
 
 #include "src/buf.h"
@@ -169,10 +168,8 @@ static char *scratch(struct tls *t, int i, size_t n)
 
 		while (cap < n)
 			cap *= 2;
-		if (posix_memalign(&p, cap >= BUF_HUGE ? BUF_HUGE : 4096, cap))
+		if (!(p = buf_io_alloc(cap)))
 			return NULL;
-		if (cap >= BUF_HUGE)
-			madvise(p, cap, MADV_HUGEPAGE);
 		free(t->buf[i]);
 		t->buf[i] = p;
 		t->len[i] = cap;

@@ -194,7 +194,6 @@ static int pool_class(size_t len)
 static char *own_alloc(struct io_engine *e, size_t len, size_t *cap)
 {
 	int c = pool_class(len);
-	void *p;
 
 	if (c < POOL_CLASSES) {
 		*cap = (size_t)1 << (POOL_MIN_SHIFT + c);
@@ -205,13 +204,7 @@ static char *own_alloc(struct io_engine *e, size_t len, size_t *cap)
 	} else {
 		*cap = len;
 	}
-	if (*cap < BUF_HUGE)
-		return posix_memalign(&p, IO_ALIGN, *cap) ? NULL : p;
-	/* huge pages: see "Writes" above */
-	if (posix_memalign(&p, BUF_HUGE, *cap))
-		return NULL;
-	madvise(p, *cap, MADV_HUGEPAGE);
-	return p;
+	return buf_io_alloc(*cap); /* huge pages from BUF_HUGE on: see "Writes" above */
 }
 
 static void own_free(struct io_engine *e, char *p, size_t cap)

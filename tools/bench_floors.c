@@ -21,7 +21,7 @@
 
 double floor_memcpy(const struct pool *p, double min_secs)
 {
-	char *dst = buf_alloc(p->bsize);
+	char *dst = bench_alloc(p->bsize);
 	double trial[TRIALS];
 	unsigned i = 0;
 
@@ -205,11 +205,11 @@ int floor_zstd(const struct pool *p, double min_secs, struct zstd_res *r)
 	z.bound = ZSTD_compressBound(p->bsize);
 	z.cc = ZSTD_createCCtx();
 	z.dc = ZSTD_createDCtx();
-	z.tmp = buf_alloc(p->bsize);
-	z.out = buf_alloc(z.bound);
-	z.back = buf_alloc(p->bsize);
-	z.frame[0] = buf_alloc(z.bound);
-	z.frame[1] = buf_alloc(z.bound);
+	z.tmp = bench_alloc(p->bsize);
+	z.out = bench_alloc(z.bound);
+	z.back = bench_alloc(p->bsize);
+	z.frame[0] = bench_alloc(z.bound);
+	z.frame[1] = bench_alloc(z.bound);
 	if (!z.cc || !z.dc || !z.tmp || !z.out || !z.back || !z.frame[0] || !z.frame[1])
 		bench_fail(ENOMEM, "zstd buffers");
 	else
@@ -358,7 +358,7 @@ int floor_disk(const char *path, uint64_t bytes, const struct pool *p, unsigned 
 		goto out_close;
 	}
 	for (unsigned s = 0; s < depth; s++) {
-		a->slot[s] = buf_alloc(REQ_SIZE);
+		a->slot[s] = bench_alloc(REQ_SIZE);
 		if (!a->slot[s]) {
 			rc = bench_fail(ENOMEM, "aio buffers");
 			goto out;

@@ -274,7 +274,7 @@ static int hr_start(const char *store, uint64_t mem, const char *policy, const c
 static int replay(const struct trace *t, const struct wl *w)
 {
 	char path[PATH_MAX], name[33];
-	char *buf = buf_alloc(w->bsize);
+	char *buf = bench_alloc(w->bsize);
 	int rc = 0;
 
 	if (!buf)

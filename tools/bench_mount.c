@@ -35,7 +35,7 @@
 static int build_store(const char *root, uint64_t n, double *secs)
 {
 	struct posix_config cfg = { .root = root, .layout = LAYOUT_NATIVE };
-	char *blk = buf_alloc(MT_BLOCK);
+	char *blk = bench_alloc(MT_BLOCK);
 	double t0 = now_s();
 	struct tier *t;
 	int rc;

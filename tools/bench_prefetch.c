@@ -194,7 +194,7 @@ static void *reader_main(void *arg)
 {
 	struct reader *r = arg;
 	const struct wl *w = r->w;
-	char *buf = buf_alloc(1u << 20), path[PATH_MAX], name[33];
+	char *buf = bench_alloc(1u << 20), path[PATH_MAX], name[33];
 
 	if (!buf) {
 		r->rc = -ENOMEM;

@@ -212,7 +212,7 @@ static int rt_check_block(const struct wl *w, uint64_t i, struct rt_blk *b, char
 /* Every block read back and compared, the short ones first: they expire first. */
 static int rt_verify(const struct wl *w, struct rt_blk *blk, unsigned *expired)
 {
-	char *buf = buf_alloc(w->bsize);
+	char *buf = bench_alloc(w->bsize);
 	int rc = 0;
 
 	if (!buf)

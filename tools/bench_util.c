@@ -546,7 +546,7 @@ long fs_type(const char *path)
 	return statfs(path, &sf) ? 0 : (long)sf.f_type;
 }
 
-void *buf_alloc(size_t bytes)
+void *bench_alloc(size_t bytes)
 {
 	void *p;
 
@@ -566,7 +566,7 @@ int pool_make(struct pool *p, uint64_t bsize, unsigned n, uint64_t seed)
 	if (!p->buf)
 		return bench_fail(ENOMEM, "data pool");
 	for (unsigned i = 0; i < n; i++) {
-		p->buf[i] = buf_alloc(bsize);
+		p->buf[i] = bench_alloc(bsize);
 		if (!p->buf[i]) {
 			pool_free(p);
 			return bench_fail(ENOMEM, "data pool of %u x %llu bytes", n,

@@ -105,7 +105,7 @@ long fs_type(const char *path);
 #define FUSE_MAGIC_ 0x65735546
 
 /* A page-aligned, pre-touched buffer (NULL if out of memory). Free with free(). */
-void *buf_alloc(size_t bytes);
+void *bench_alloc(size_t bytes);
 
 /* --- data and names -------------------------------------------------------------------- */
 

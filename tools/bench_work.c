@@ -152,7 +152,7 @@ int wl_read(const struct wl *w, unsigned flags, size_t req, double min_secs, dou
 	    double *reread)
 {
 	char path[PATH_MAX];
-	char *buf = buf_alloc(req), *map = NULL;
+	char *buf = bench_alloc(req), *map = NULL;
 	double t1 = 0, t2 = 0, t;
 	uint64_t i;
 	int fd, rc = 0;
@@ -201,7 +201,7 @@ int wl_read(const struct wl *w, unsigned flags, size_t req, double min_secs, dou
 int wl_verify(const struct wl *w)
 {
 	char path[PATH_MAX];
-	char *buf = buf_alloc(w->bsize);
+	char *buf = bench_alloc(w->bsize);
 	int fd, rc = 0;
 
 	if (!buf)
@@ -253,7 +253,7 @@ int wl_shards(const struct wl *w, size_t shard, uint64_t seed, double *mean_us)
 	if (shard > w->bsize)
 		shard = (size_t)w->bsize;
 	nshards = w->bsize / shard;
-	buf = buf_alloc(shard);
+	buf = bench_alloc(shard);
 	if (!buf)
 		return bench_fail(ENOMEM, "shard buffer");
 	t0 = now_s();
@@ -501,7 +501,7 @@ static void *mixed_main(void *arg)
 {
 	struct mixed_thread *t = arg;
 	uint64_t rng = 0x9e3779b97f4a7c15ull * (t->index + 1);
-	char *buf = t->writer ? NULL : buf_alloc(REQ_SIZE);
+	char *buf = t->writer ? NULL : bench_alloc(REQ_SIZE);
 	int rc = 0;
 
 	while (!atomic_load(&t->c->go))
