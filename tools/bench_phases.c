@@ -337,29 +337,36 @@ static void size_rows(const struct wl *w, const struct size_figs *f)
 #undef ROW
 }
 
+/* The KV data of one size and the workload that writes it; false (counted) if it failed. */
+static bool size_workload(uint64_t bsize, struct pool *p, struct wl *w)
+{
+	uint64_t n = blocks_for(bsize);
+	unsigned np = (unsigned)(POOL_MAX_BYTES / bsize);
+
+	np = np < 1 ? 1 : np > POOL_MAX_BLOCKS ? POOL_MAX_BLOCKS : np;
+	np = np > n ? (unsigned)n : np;
+	phase_start("generating KV data");
+	if (pool_make(p, bsize, np, R.c.seed + bsize)) {
+		fprintf(stderr, "ucm-bench: %s\n", bench_last_error());
+		R.failures++;
+		return false;
+	}
+	*w = (struct wl){ .pool = p, .salt = R.c.seed * 7919 + bsize, .n = n, .bsize = bsize };
+	return true;
+}
+
 void run_size(uint64_t bsize, bool first)
 {
 	struct size_figs f;
 	struct pool p;
 	struct wl w;
-	uint64_t n = blocks_for(bsize);
-	unsigned np = (unsigned)(POOL_MAX_BYTES / bsize);
-	int rc;
 
 	for (struct fig *x = (struct fig *)&f; x < (struct fig *)(&f + 1); x++)
 		*x = (struct fig)FIG_NONE;
-	np = np < 1 ? 1 : np > POOL_MAX_BLOCKS ? POOL_MAX_BLOCKS : np;
-	np = np > n ? (unsigned)n : np;
-	phase_start("generating KV data");
-	rc = pool_make(&p, bsize, np, R.c.seed + bsize);
-	if (rc) {
-		fprintf(stderr, "ucm-bench: %s\n", bench_last_error());
-		R.failures++;
+	if (!size_workload(bsize, &p, &w))
 		return;
-	}
-	w = (struct wl){ .pool = &p, .salt = R.c.seed * 7919 + bsize, .n = n, .bsize = bsize };
 	if (first)
-		floors_once(&p, n);
+		floors_once(&p, w.n);
 	phase_start("floor: memcpy");
 	fig_set(&f.memcpy, 0, floor_memcpy(&p, R.c.min_secs));
 	if (isnan(f.memcpy.v))
@@ -375,6 +382,59 @@ void run_size(uint64_t bsize, bool first)
 		R.null_rb0 = f.null_rb;
 		R.null_w0 = f.null_w;
 		R.pagecache0 = f.plain_re;
+	}
+	pool_free(&p);
+}
+
+/*
+ * --writes-only: writes until on disk at one size, the plain directory (tmp, fsync, rename)
+ * and ucmfs (open/pwrite/close of every block, then fsync of each) alternated twice, each
+ * ucmfs round in a fresh daemon on an empty store, so that both see the same disk moments.
+ */
+void run_writes(uint64_t bsize)
+{
+	struct fig u[2] = { FIG_NONE, FIG_NONE }, pl[2] = { FIG_NONE, FIG_NONE };
+	char dir[PATH_MAX + 32], b[16], fig[96], fl[96], id[32];
+	struct pool p;
+	struct wl w;
+	double secs, t0;
+	int rc;
+
+	if (!size_workload(bsize, &p, &w))
+		return;
+	snprintf(dir, sizeof(dir), "%s/%llu", R.plain, (unsigned long long)bsize);
+	for (int r = 0; r < 2; r++) {
+		phase_start("plain dir: write until on disk");
+		w.dir = dir;
+		mkdir(dir, 0755);
+		sync();
+		rc = wl_write(&w, WM_TMP_FSYNC, &secs);
+		fig_set(&pl[r], rc, (double)(w.n * w.bsize) / secs / 1e9);
+		rm_rf(dir);
+
+		phase_start("ucmfs: write until on disk");
+		w.dir = R.ucm_mnt;
+		if (!R.c.mnt && ucm_stop() == 0)
+			rm_rf(R.store);
+		sync();
+		rc = R.c.mnt ? 0 : ucm_start(R.store);
+		t0 = now_s();
+		if (rc == 0)
+			rc = wl_write(&w, WM_DIRECT, &secs);
+		if (rc == 0)
+			rc = wl_sync(&w);
+		fig_set(&u[r], rc, (double)(w.n * w.bsize) / (now_s() - t0) / 1e9);
+		if (rc == 0 && (rc = wl_verify(&w)))
+			fig_set(&u[r], rc, NAN);
+		if (R.c.mnt)
+			wl_unlink(&w);
+	}
+	size_label(bsize, b, sizeof(b));
+	for (int r = 0; r < 2; r++) {
+		snprintf(id, sizeof(id), "peer.write_durable.%d", r + 1);
+		snprintf(fig, sizeof(fig), "vs plain dir: write %s until on disk, %d", b, r + 1);
+		snprintf(fl, sizeof(fl), "plain dir: tmp, fsync, rename, %d", r + 1);
+		emit(id, bsize, fig, &u[r], "GB/s", ROW_RATE, fl, &pl[r]);
 	}
 	pool_free(&p);
 }

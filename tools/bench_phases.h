@@ -25,6 +25,7 @@
 struct cfg {
 	bool quick, keep;
 	bool loads_only;    /* --loads-only: the prefetch phase alone */
+	bool writes_only;   /* --writes-only: writes until on disk, ucmfs and plain dir */
 	uint64_t sizes[MAX_SIZES];
 	unsigned nsizes;
 	uint64_t blocks;    /* 0: per-size default */
@@ -101,6 +102,8 @@ uint64_t blocks_for(uint64_t bsize);
 /* Every figure at one block size, and its rows; the first size also measures the floors
  * that are measured once (zstd, raw disk) and the mixed workload. */
 void run_size(uint64_t bsize, bool first);
+/* --writes-only: writes until on disk of one size, ucmfs and the plain dir, twice each. */
+void run_writes(uint64_t bsize);
 /* Creates, readdir, peak RSS and lookups on 4 KiB blocks, and their rows. */
 void run_meta(void);
 /* The rows of the mixed workload and of the floors section (after every phase). */

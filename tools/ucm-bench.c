@@ -220,6 +220,8 @@ static const char usage_text[] =
 	"  --seed N         data and name seed (default 1)\n"
 	"  --keep           keep the temporary directory (logs, store)\n"
 	"  --loads-only     only the loads of cold blocks (prefetch, readers) and their fio floor\n"
+	"  --writes-only    only the writes until on disk, ucmfs and the plain directory\n"
+	"                   alternated twice, per --block size\n"
 	"Exit status: 0 when every figure was measured, 1 if any failed, 2 on bad usage.\n";
 
 static int usage_error(const char *fmt, const char *arg)
@@ -234,7 +236,7 @@ static int parse_args(int argc, char **argv, struct cfg *c)
 {
 	enum { O_QUICK = 256, O_BLOCK, O_BLOCKS, O_THREADS, O_META, O_TIME, O_DEPTH, O_DIR,
 	       O_MNT, O_UCMFS, O_NULLFS, O_OPTS, O_JSON, O_SEED, O_KEEP, O_HELP, O_MOUNT,
-	       O_LOADS };
+	       O_LOADS, O_WRITES };
 	static const struct option lo[] = {
 		{ "quick", no_argument, NULL, O_QUICK },
 		{ "block", required_argument, NULL, O_BLOCK },
@@ -254,6 +256,7 @@ static int parse_args(int argc, char **argv, struct cfg *c)
 		{ "keep", no_argument, NULL, O_KEEP },
 		{ "mount-blocks", required_argument, NULL, O_MOUNT },
 		{ "loads-only", no_argument, NULL, O_LOADS },
+		{ "writes-only", no_argument, NULL, O_WRITES },
 		{ "help", no_argument, NULL, O_HELP },
 		{ NULL, 0, NULL, 0 }
 	};
@@ -270,6 +273,7 @@ static int parse_args(int argc, char **argv, struct cfg *c)
 		case O_QUICK: c->quick = true; break;
 		case O_KEEP: c->keep = true; break;
 		case O_LOADS: c->loads_only = true; break;
+		case O_WRITES: c->writes_only = true; break;
 		case O_BLOCK:
 			if (parse_size(optarg, &v) || v < 4096 || v % 4096 || v > (1ull << 30))
 				return usage_error("--block %s: a SIZE, a multiple of 4K up to 1G",
@@ -323,6 +327,8 @@ static int parse_args(int argc, char **argv, struct cfg *c)
 	}
 	if (optind < argc)
 		return usage_error("unexpected argument '%s'", argv[optind]);
+	if (c->loads_only && c->writes_only)
+		return usage_error("--loads-only and --writes-only exclude each other%s", "");
 	if (!c->nsizes) {
 		if (c->quick) {
 			c->sizes[c->nsizes++] = 16 * MiB;
@@ -485,6 +491,11 @@ int main(int argc, char **argv)
 
 		if (mem_for(bytes) > R.mem_size)
 			R.mem_size = mem_for(bytes);
+	}
+	if (R.c.writes_only) {
+		for (unsigned i = 0; i < R.c.nsizes; i++)
+			run_writes(R.c.sizes[i]);
+		goto done;
 	}
 	for (unsigned i = 0; i < R.c.nsizes && !R.c.loads_only; i++) {
 		/* a fresh store per size, so that each phase starts from an empty daemon */
