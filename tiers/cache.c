@@ -1120,13 +1120,27 @@ static void cache_sweep(struct tier *t)
 	}
 }
 
+static bool prefault_room(const struct cache *c, uint64_t cap);
+
+/* Bytes the prefaulter still makes ready, in whole buffers of its size; 0 when it has made
+ * all it will (or knows no size yet, or does not run). c->lock held. */
+static uint64_t prefault_pending(const struct cache *c)
+{
+	uint64_t cap = c->common_cap, limit = c->prefault < c->capacity ? c->prefault : c->capacity;
+
+	if (!c->prefaulting || !prefault_room(c, cap))
+		return 0;
+	return (limit - c->used) / cap * cap;
+}
+
 static void cache_metrics(struct tier *t, struct metrics *m)
 {
 	struct cache *c = cache_of(t);
 	const char *l = "tier=\"mem\"";
-	uint64_t blocks, used, dirty, pins, resv, pooled;
+	uint64_t blocks, used, dirty, pins, resv, pooled, pending;
 
 	pthread_mutex_lock(&c->lock);
+	pending = prefault_pending(c);
 	blocks = c->map.count;
 	used = c->used - c->pool_bytes;
 	pooled = c->pool_bytes;
@@ -1158,6 +1172,9 @@ static void cache_metrics(struct tier *t, struct metrics *m)
 	metrics_counter(m, "ucmfs_mem_prefaulted_bytes_total",
 			"Bytes of buffers made ready (faulted in) before any block needed them.", "",
 			counter_get(&c->prefaulted));
+	metrics_gauge(m, "ucmfs_mem_prefault_pending_bytes",
+		      "Bytes of buffers the prefaulter is still to make ready (0: memory ready).",
+		      "", (double)pending);
 	metrics_gauge(m, "ucmfs_mem_pooled_bytes",
 		      "Free block buffers kept for reuse (within the capacity).", "",
 		      (double)pooled);
@@ -1257,12 +1274,13 @@ int cache_start(struct tier *t, uint64_t size)
 	pthread_mutex_lock(&c->lock);
 	if (!c->common_cap && size >= BUF_FILE_MIN)
 		c->common_cap = buf_round(size);
-	pthread_mutex_unlock(&c->lock);
+	/* under the lock, which the metrics read it by; the thread starts by waiting for it */
 	rc = -pthread_create(&c->prefaulter, NULL, prefaulter, c);
 	if (rc == 0) {
 		pthread_setname_np(c->prefaulter, "ucmfs-prefault");
 		c->prefaulting = true;
 	}
+	pthread_mutex_unlock(&c->lock);
 	return rc;
 }
 
@@ -1275,7 +1293,9 @@ static void prefault_stop(struct cache *c)
 	pthread_cond_signal(&c->pf_wake);
 	pthread_mutex_unlock(&c->lock);
 	pthread_join(c->prefaulter, NULL);
+	pthread_mutex_lock(&c->lock);
 	c->prefaulting = false;
+	pthread_mutex_unlock(&c->lock);
 }
 
 static void cache_destroy(struct tier *t)
