@@ -6,8 +6,11 @@
 #include <fcntl.h>
 #include <libaio.h>
 #include <math.h>
+#include <pthread.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 #include <zstd.h>
 #ifdef __SSE2__
@@ -44,6 +47,59 @@ double floor_memcpy(const struct pool *p, double min_secs)
 	}
 	free(dst);
 	return median(trial, TRIALS);
+}
+
+/* --- fresh memory ------------------------------------------------------------------------ */
+
+struct toucher {
+	char *mem;
+	size_t len;
+};
+
+static void *touch_main(void *arg)
+{
+	struct toucher *t = arg;
+
+	for (size_t off = 0; off < t->len; off += 4096)
+		t->mem[off] = 1;
+	return NULL;
+}
+
+double floor_first_touch(uint64_t bytes, unsigned threads)
+{
+	pthread_t tid[64];
+	struct toucher tt[64];
+	bool joined[64];
+	size_t share;
+	double t0, secs;
+	char *mem;
+
+	threads = threads < 1 ? 1 : threads > 64 ? 64 : threads;
+	share = (size_t)(bytes / threads + 4095) & ~(size_t)4095;
+	mem = mmap(NULL, (size_t)bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1,
+		   0);
+	if (mem == MAP_FAILED) {
+		bench_fail(errno, "mmap %llu bytes", (unsigned long long)bytes);
+		return NAN;
+	}
+	madvise(mem, (size_t)bytes, MADV_HUGEPAGE);
+	t0 = now_s();
+	for (unsigned i = 0; i < threads; i++) {
+		size_t off = (size_t)i * share;
+
+		tt[i] = (struct toucher){ mem + off, off >= bytes ? 0 : bytes - off < share ?
+							  (size_t)bytes - off : share };
+		/* a thread that cannot start leaves its share to this one */
+		joined[i] = pthread_create(&tid[i], NULL, touch_main, &tt[i]) == 0;
+		if (!joined[i])
+			touch_main(&tt[i]);
+	}
+	for (unsigned i = 0; i < threads; i++)
+		if (joined[i])
+			pthread_join(tid[i], NULL);
+	secs = now_s() - t0;
+	munmap(mem, (size_t)bytes);
+	return secs;
 }
 
 /* --- zstd ------------------------------------------------------------------------------ */

@@ -4,11 +4,18 @@
  * the depth it likes best.
  *
  *   floor:  fio, 1 MiB O_DIRECT sequential reads of a file of the same size, at queue depths
- *           16 ... 256: the best (the host behind a virtual disk answers differently by depth)
+ *           16 ... 256, picks the depth (the host behind a virtual disk answers differently
+ *           by depth); each row's floor is fio at that depth run again just before the row,
+ *           so that a row and its floor see the same moment of a disk whose speed drifts by
+ *           2x over minutes (the best of five runs would be a floor no single run reaches)
  *   rows:   user.ucm.prefetch of every block of a set, polled until done, in a fresh daemon
- *           (its memory never used) and in a warm one (its memory used once: a second set
- *           that evicts the first); readers of cold blocks in parallel; the same prefetch
- *           with the default compression, in logical bytes per second
+ *           once its memory is ready (its prefaulter done, ucmfs_mem_prefault_pending_bytes
+ *           0; never used) and in a warm one (its memory used once: a second set that
+ *           evicts the first); readers of cold blocks in parallel; the same prefetch with
+ *           the default compression, in logical bytes per second; how long the fresh
+ *           daemon's memory took to be ready, against all CPUs touching as much fresh
+ *           memory; and the prefetch in a daemon mounted a moment before, whose loads
+ *           meet memory not yet touched
  *
  * Blocks are the first --block size, 1 GiB of them (256 MiB with --quick), compress=none but
  * for the last row. The page cache is dropped before each (root).
@@ -30,11 +37,16 @@
 static const unsigned fio_depths[FIO_DEPTHS] = { 16, 32, 64, 128, 256 };
 #define READERS 8
 
+#define READY_LIMIT_S 120.0
+#define TRIALS 3 /* of each row: the disk's speed moves by 2x between runs a second apart */
+
 static struct {
-	struct fig fio, fresh, warm, readers, zstd;
+	struct fig fio;                                   /* the depth scan: best, or why not */
+	struct fig fl_fresh, fl_warm, fl_readers, fl_zstd, fl_at; /* fio at that depth, before */
+	struct fig fresh, warm, readers, zstd, ready, touch_s, at_once;
 	unsigned fio_depth;
-	char fio_detail[200];
-} P = { FIG_NONE, FIG_NONE, FIG_NONE, FIG_NONE, FIG_NONE, 0, "" };
+	char fio_detail[200], fio_path[PATH_MAX];
+} P;
 
 /* One fio run: read bandwidth of 1 MiB O_DIRECT reads at `depth`, GB/s; 0 or -errno. */
 static int fio_read(const char *path, uint64_t bytes, unsigned depth, double *gbps)
@@ -78,8 +90,9 @@ static void fio_floor(uint64_t bytes)
 	size_t left = sizeof(P.fio_detail);
 	int rc = 0, n;
 
-	snprintf(path, sizeof(path), "%s/fio.dat", R.tmp);
-	/* lay the file out (fio writes it when it is missing or short) */
+	snprintf(P.fio_path, sizeof(P.fio_path), "%s/fio.dat", R.tmp);
+	snprintf(path, sizeof(path), "%s", P.fio_path);
+	/* lay the file out (fio writes it when it is missing or short); kept for the rows */
 	rc = fio_read(path, bytes, 16, &g);
 	for (unsigned i = 0; i < FIO_DEPTHS && !rc; i++) {
 		if (R.can_drop)
@@ -95,8 +108,37 @@ static void fio_floor(uint64_t bytes)
 			P.fio_depth = fio_depths[i];
 		}
 	}
-	unlink(path);
 	fig_set(&P.fio, rc, best);
+}
+
+/* One floor of a trial: fio at the depth the scan chose, page cache dropped, now. */
+static int fio_pair(uint64_t bytes, double *gbps)
+{
+	if (isnan(P.fio.v))
+		return bench_fail(0, "no fio floor: %s", P.fio.note);
+	if (R.can_drop)
+		drop_caches();
+	return fio_read(P.fio_path, bytes, P.fio_depth, gbps);
+}
+
+/* Seconds from t0 until the daemon's memory is ready: no bytes left for its prefaulter
+ * (and some made, unless none came in the first second: mem_prefault=none). 0 or -errno. */
+static int wait_ready(double t0, double *secs)
+{
+	double pending = 1, made = 0;
+	int rc = 0;
+
+	while (!rc && (pending > 0 || (made == 0 && now_s() - t0 < 1))) {
+		if (now_s() - t0 > READY_LIMIT_S)
+			return bench_fail(ETIMEDOUT, "memory not ready %.0f s after mount",
+					  READY_LIMIT_S);
+		usleep(5000);
+		rc = stats_value(R.mnt, "ucmfs_mem_prefault_pending_bytes", &pending);
+		if (rc == 0)
+			rc = stats_value(R.mnt, "ucmfs_mem_prefaulted_bytes_total", &made);
+	}
+	*secs = now_s() - t0;
+	return rc;
 }
 
 static int start(const char *store, const char *codec)
@@ -240,16 +282,68 @@ static int readers(const struct wl *w, double *gbps)
 	return rc;
 }
 
+/* How a trial finds the daemon before its loads. */
+enum trial_kind {
+	T_AT_ONCE,  /* mounted a moment before: its memory not ready */
+	T_FRESH,    /* mounted, memory ready, nothing loaded yet */
+	T_WARM,     /* the same daemon, which holds the other set: the loads evict it */
+	T_READERS,  /* fresh, memory ready; READERS threads instead of a prefetch */
+};
+
+/*
+ * TRIALS of one row, each with fio's floor just before its loads; the row is the median of
+ * the loads, its floor the median of the floors (ready: the median time to memory ready).
+ * T_WARM alternates sets a and b, each evicting the other. Stops at the first failure.
+ */
+static int trials(enum trial_kind k, const char *store, const char *codec, const struct wl *a,
+		  const struct wl *b, uint64_t bytes, struct fig *v, struct fig *fl,
+		  struct fig *ready)
+{
+	double x[TRIALS], f[TRIALS], r[TRIALS];
+	int rc = 0;
+
+	for (unsigned t = 0; t < TRIALS && !rc; t++) {
+		const struct wl *w = k == T_WARM && t % 2 == 0 ? b : a;
+
+		if (k == T_AT_ONCE)
+			rc = fio_pair(bytes, &f[t]);
+		if (rc == 0 && k != T_WARM)
+			rc = restart(store, codec);
+		r[t] = 0;
+		if (rc == 0 && (k == T_FRESH || k == T_READERS))
+			rc = wait_ready(now_s(), &r[t]);
+		if (rc == 0 && k != T_AT_ONCE)
+			rc = fio_pair(bytes, &f[t]);
+		if (rc == 0)
+			rc = k == T_READERS ? readers(w, &x[t]) : prefetch(w, &x[t]);
+	}
+	if (rc) {
+		fig_set(v, rc, NAN); /* the failure, counted once; the rest say why they are empty */
+		fig_skip(fl, "its trial failed");
+		if (ready)
+			fig_skip(ready, "its trial failed");
+		return rc;
+	}
+	fig_set(v, 0, median(x, TRIALS));
+	fig_set(fl, 0, median(f, TRIALS));
+	if (ready)
+		fig_set(ready, 0, median(r, TRIALS));
+	return 0;
+}
+
 void run_prefetch(void)
 {
 	uint64_t bsize = R.c.sizes[0], n = blocks_for(bsize), bytes = n * bsize;
 	char store[PATH_MAX], zstore[PATH_MAX];
 	uint64_t mem = R.mem_size;
+	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
 	struct pool pool = { 0 };
 	struct wl a, b;
-	double secs, x = 0;
+	double secs;
 	int rc;
 
+	for (struct fig *f = &P.fio; f <= &P.at_once; f++)
+		*f = (struct fig)FIG_NONE;
 	if (R.c.mnt) {
 		fig_skip(&P.fresh, "--mnt: the daemon is not ours to restart");
 		return;
@@ -276,24 +370,32 @@ void run_prefetch(void)
 		rc = wl_sync(&a);
 	if (rc == 0)
 		rc = wl_sync(&b);
+	if (rc) {
+		struct fig *rows[] = { &P.at_once, &P.fresh, &P.warm, &P.readers };
+
+		fig_set(rows[0], rc, NAN);
+		for (unsigned i = 1; i < sizeof(rows) / sizeof(rows[0]); i++)
+			fig_skip(rows[i], "skipped: writing the blocks failed");
+	}
+	phase_start("prefetch: daemon mounted a moment before");
+	if (rc == 0)
+		rc = trials(T_AT_ONCE, store, "none", &a, &b, bytes, &P.at_once, &P.fl_at, NULL);
+	/* after that daemon, whose memory the system has back, as the next one will */
+	phase_start("prefetch: first touch of fresh memory");
+	if (R.ucm.pid)
+		daemon_stop(&R.ucm);
+	P.touch_s.v = floor_first_touch(R.mem_size, cpus > 0 ? (unsigned)cpus : 1);
+	fig_set(&P.touch_s, isnan(P.touch_s.v) ? -EIO : 0, P.touch_s.v);
 	phase_start("prefetch: fresh daemon");
 	if (rc == 0)
-		rc = restart(store, "none");
-	if (rc == 0)
-		rc = prefetch(&a, &x);
-	fig_set(&P.fresh, rc, x);
+		rc = trials(T_FRESH, store, "none", &a, &b, bytes, &P.fresh, &P.fl_fresh,
+			    &P.ready);
 	phase_start("prefetch: warm daemon");
-	if (rc == 0 && R.can_drop)
-		drop_caches();
 	if (rc == 0)
-		rc = prefetch(&b, &x);
-	fig_set(&P.warm, rc, x);
+		rc = trials(T_WARM, store, "none", &a, &b, bytes, &P.warm, &P.fl_warm, NULL);
 	phase_start("prefetch: readers of cold blocks");
 	if (rc == 0)
-		rc = restart(store, "none");
-	if (rc == 0)
-		rc = readers(&a, &x);
-	fig_set(&P.readers, rc, x);
+		trials(T_READERS, store, "none", &a, &b, bytes, &P.readers, &P.fl_readers, NULL);
 	if (R.ucm.pid)
 		daemon_stop(&R.ucm);
 	rm_rf(store);
@@ -303,14 +405,14 @@ void run_prefetch(void)
 		rc = wl_write(&a, WM_DIRECT, &secs);
 	if (rc == 0)
 		rc = wl_sync(&a);
-	if (rc == 0)
-		rc = restart(zstore, "zstd:1");
-	if (rc == 0)
-		rc = prefetch(&a, &x);
-	fig_set(&P.zstd, rc, x);
+	if (rc)
+		fig_set(&P.zstd, rc, NAN);
+	else
+		trials(T_FRESH, zstore, "zstd:1", &a, &b, bytes, &P.zstd, &P.fl_zstd, NULL);
 	if (R.ucm.pid)
 		daemon_stop(&R.ucm);
 	rm_rf(zstore);
+	unlink(P.fio_path);
 	pool_free(&pool);
 	R.mem_size = mem;
 }
@@ -318,23 +420,32 @@ void run_prefetch(void)
 void prefetch_rows(void)
 {
 	uint64_t bsize = R.c.sizes[0], bytes = blocks_for(bsize) * bsize;
-	char fig[96], fl[96], sz[16], note[300];
+	char fig[96], fl[96], sz[16], msz[16], note[300];
 
 	size_label(bytes, sz, sizeof(sz));
-	snprintf(fl, sizeof(fl), "fio 1M O_DIRECT read, best QD (%u)", P.fio_depth);
+	size_label(bytes + bytes / 8, msz, sizeof(msz));
+	snprintf(fl, sizeof(fl), "fio 1M O_DIRECT read, QD%u, just before", P.fio_depth);
 	if (P.fio_detail[0]) {
 		/* on the first row only */
-		snprintf(note, sizeof(note), "the floor, fio by depth, GB/s: %s", P.fio_detail);
-		fig_note(&P.fresh, note);
+		snprintf(note, sizeof(note), "fio's depth chosen by one run at each, GB/s: %s",
+			 P.fio_detail);
+		fig_note(&P.fl_fresh, note);
 	}
-#define PROW(id, fmt, f)                                                                       \
+#define PROW(id, fmt, f, floor)                                                                \
 	do {                                                                                   \
 		snprintf(fig, sizeof(fig), fmt, sz);                                           \
-		emit(id, bsize, fig, f, "GB/s", ROW_RATE, fl, &P.fio);                         \
+		emit(id, bsize, fig, f, "GB/s", ROW_RATE, fl, floor);                          \
 	} while (0)
-	PROW("prefetch.fresh", "prefetch %s cold, fresh daemon", &P.fresh);
-	PROW("prefetch.warm", "prefetch %s cold, warm daemon", &P.warm);
-	PROW("prefetch.readers", "8 readers of %s cold blocks", &P.readers);
-	PROW("prefetch.zstd", "prefetch %s cold, zstd:1, fresh", &P.zstd);
+	PROW("prefetch.fresh", "prefetch %s cold, fresh daemon", &P.fresh, &P.fl_fresh);
+	PROW("prefetch.warm", "prefetch %s cold, warm daemon", &P.warm, &P.fl_warm);
+	PROW("prefetch.readers", "8 readers of %s cold blocks", &P.readers, &P.fl_readers);
+	PROW("prefetch.zstd", "prefetch %s cold, zstd:1, fresh", &P.zstd, &P.fl_zstd);
 #undef PROW
+	snprintf(fig, sizeof(fig), "fresh daemon: %s of memory ready", msz);
+	snprintf(fl, sizeof(fl), "first touch of %s, every CPU", msz);
+	emit("prefetch.ready_s", bsize, fig, &P.ready, "s", ROW_COST, fl, &P.touch_s);
+	snprintf(fig, sizeof(fig), "prefetch %s cold, mounted just before", sz);
+	snprintf(fl, sizeof(fl), "fio 1M O_DIRECT read, QD%u, just before", P.fio_depth);
+	fig_note(&P.at_once, "its loads and the prefaulter touch fresh memory at once");
+	emit("prefetch.at_once", bsize, fig, &P.at_once, "GB/s", ROW_RATE, fl, &P.fl_at);
 }

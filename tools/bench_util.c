@@ -601,3 +601,25 @@ void block_name(char out[33], uint64_t salt, uint64_t i)
 
 	snprintf(out, 33, "%016llx%016llx", (unsigned long long)a, (unsigned long long)b);
 }
+
+int stats_value(const char *mnt, const char *name, double *v)
+{
+	char path[PATH_MAX + 16], *line = NULL;
+	size_t cap = 0, l = strlen(name);
+	int rc = -ENOENT;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "%s/.ucm/stats", mnt);
+	f = fopen(path, "r");
+	if (!f)
+		return bench_fail(errno, "open %s", path);
+	while (rc && getline(&line, &cap, f) > 0) {
+		if (!strncmp(line, name, l) && line[l] == ' ') {
+			*v = strtod(line + l + 1, NULL);
+			rc = 0;
+		}
+	}
+	free(line);
+	fclose(f);
+	return rc ? bench_fail(-rc, "%s has no %s", path, name) : 0;
+}

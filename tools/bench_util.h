@@ -98,6 +98,10 @@ int drop_tree_cache(const char *dir);
 
 /* Remove a tree, never crossing into another filesystem (a mount left behind). */
 int rm_rf(const char *path);
+/* The value of the metric line "name value" of the mount's /.ucm/stats (name with its
+ * labels, if any, exactly as printed). 0 or -errno (recorded). */
+int stats_value(const char *mnt, const char *name, double *v);
+
 
 /* The filesystem type of path (statfs f_type), or 0. */
 long fs_type(const char *path);
@@ -200,6 +204,13 @@ int wl_mixed(const struct wl *w, uint64_t wsalt, unsigned readers, unsigned writ
 	     double secs, struct mixed_res *res, uint64_t *written);
 
 /* --- floors without a mount (bench_floors.c) -------------------------------------------- */
+
+/* Fresh memory made usable: `threads` threads write a byte of every 4 KiB page of their
+ * shares of a new anonymous mapping of `bytes` (huge pages asked, as the daemon's block
+ * memory is), then unmap it; seconds, NaN on failure. What any process pays before it can
+ * use memory it never used: the kernel zeroes each page, and a virtual machine's host may
+ * back it only then. */
+double floor_first_touch(uint64_t bytes, unsigned threads);
 
 /* memcpy of whole blocks from the pool into one buffer, one thread: GB/s, the median of
  * short trials (NaN on failure). */
