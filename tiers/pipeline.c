@@ -336,7 +336,7 @@ static void pipe_close(struct tier_handle *th)
 	struct pphandle *h = (struct pphandle *)th;
 
 	if (h->kind == PH_LOADING)
-		load_put(pipe_of(th->tier), h->ld);
+		load_put_reader(pipe_of(th->tier), h->ld);
 	else
 		tier_close(h->in);
 	free(h);

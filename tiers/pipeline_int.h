@@ -161,5 +161,8 @@ int load_map_start(struct pipeline *p, struct loading *ld, uint64_t off, size_t 
 int load_backing(struct loading *ld);
 void load_stat(struct loading *ld, struct block_attr *attr);
 void load_put(struct pipeline *p, struct loading *ld);
+/* The same for a reference load_open() gave a reader (wait false): while readers hold a load,
+ * the runners fetch its pieces as foreground IO, not only those a read waits for. */
+void load_put_reader(struct pipeline *p, struct loading *ld);
 
 #endif

@@ -39,7 +39,8 @@
  * allows parallel reads of one handle), each taking the next piece to fetch: first the
  * pieces waiters lack (as foreground IO, tiers/io.h), then the others in order from the first
  * read's piece, wrapping around (background IO, which the disk serves after the foreground,
- * unless a reader waits for this block: then foreground too). Of a block stored raw, a runner
+ * unless a reader waits for this block or holds it open: then foreground too, since that
+ * reader asks for the rest soon). Of a block stored raw, a runner
  * takes as many consecutive pieces as RUN_BYTES holds (of those a read waits for, that read's
  * only), in one read straight into the block's memory, and the block below is opened with
  * TIER_OPEN_RUNS: the disk tier reads nothing
@@ -148,6 +149,7 @@ struct loading {
 	uint32_t start;              /* the piece the runners start from: the first read's */
 	uint32_t cursor;             /* the next piece in the runners' order */
 	unsigned runners;            /* threads fetching its pieces now (workers, the fetcher) */
+	atomic_uint readers;         /* readers' handles on it (not the daemon's own opens) */
 	struct load_waiter *waiters, **wtail; /* reads waiting for pieces, oldest first */
 	int64_t t0;
 };
@@ -907,7 +909,8 @@ static int claim_piece(struct loading *ld, bool bg, bool *wanted, uint32_t *coun
 		if (ld->state[i] == P_TODO) {
 			if (!bg)
 				return CLAIM_YIELD;
-			*wanted = ld->waiters != NULL;
+			/* a reader that holds the block open reads the rest of it soon */
+			*wanted = ld->waiters != NULL || atomic_load(&ld->readers) > 0;
 			ld->state[i] = P_BUSY;
 			while (!ld->decode && i + *count < ld->npieces &&
 			       ld->state[i + *count] == P_TODO &&
@@ -1349,8 +1352,27 @@ static int open_direct(struct pipeline *p, const struct blockid *id, struct tier
 	return p->below->ops->open(p->below, id, 0, direct);
 }
 
+static int load_join_or_new(struct pipeline *p, const struct blockid *id, bool wait,
+			    struct loading **out, struct tier_handle **direct);
+
 int load_open(struct pipeline *p, const struct blockid *id, bool wait, struct loading **out,
 	      struct tier_handle **direct)
+{
+	int rc = load_join_or_new(p, id, wait, out, direct);
+
+	if (rc == 0 && *out && !wait)
+		atomic_fetch_add(&(*out)->readers, 1);
+	return rc;
+}
+
+void load_put_reader(struct pipeline *p, struct loading *ld)
+{
+	atomic_fetch_sub(&ld->readers, 1);
+	load_put(p, ld);
+}
+
+static int load_join_or_new(struct pipeline *p, const struct blockid *id, bool wait,
+			    struct loading **out, struct tier_handle **direct)
 {
 	struct tier_handle *lh;
 	struct loading *ld, *joined;
