@@ -36,7 +36,11 @@ FIGURES = [
     'hitrate.sim_clock', 'hitrate.sim_lru', 'hitrate.sim_fifo',
     'mount.cold', 'mount.warm', 'mount.crash.cold', 'mount.crash.warm',
     'routing.disk_bytes', 'routing.write_durable',
+    'prefetch.fresh', 'prefetch.warm', 'prefetch.readers', 'prefetch.zstd',
+    'prefetch.ready_s', 'prefetch.at_once',
 ]
+# --writes-only: the two alternated rounds of writes until on disk, per size
+WRITES_ONLY = ['peer.write_durable.1', 'peer.write_durable.2']
 
 FAILURES = []
 
@@ -128,6 +132,27 @@ def main():
                 check(r['value'] <= 100 and r['ratio'] <= 1 + 1e-9,
                       '%s: hit ratio %r%% above Belady\'s %r%%' % (
                           r['id'], r['value'], r['floor_value']))
+        # the writes-only mode prints its own rows only, each against its own plain-dir round
+        js2 = os.path.join(work, 'writes.json')
+        cmd = [bench, '--writes-only', '--block', '1M', '--blocks', '4', '--ucmfs', ucmfs,
+               '--nullfs', nullfs, '--dir', work, '--json', js2]
+        print('$', ' '.join(cmd), flush=True)
+        p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                           timeout=120)
+        sys.stdout.write(p.stdout)
+        sys.stdout.write(p.stderr)
+        check(p.returncode == 0, 'ucm-bench --writes-only exited with %d' % p.returncode)
+        if os.path.exists(js2):
+            with open(js2) as f:
+                wrows = json.load(f)['rows']
+            check(sorted(r['id'] for r in wrows) == WRITES_ONLY,
+                  '--writes-only rows %r, want %r' % ([r['id'] for r in wrows], WRITES_ONLY))
+            for r in wrows:
+                check(finite_positive(r['value']) and finite_positive(r['floor_value']),
+                      '--writes-only %s: value %r floor %r' % (
+                          r['id'], r['value'], r['floor_value']))
+        else:
+            check(False, '--writes-only wrote no JSON')
     finally:
         shutil.rmtree(work, ignore_errors=True)
     for f in FAILURES:
