@@ -40,11 +40,11 @@
  * pieces waiters lack (as foreground IO, tiers/io.h), then the others in order from the first
  * read's piece, wrapping around (background IO, which the disk serves after the foreground,
  * unless a reader waits for this block or holds it open: then foreground too, since that
- * reader asks for the rest soon). Of a block stored raw, a runner
- * takes as many consecutive pieces as RUN_BYTES holds (of those a read waits for, that read's
- * only), in one read straight into the block's memory, and the block below is opened with
- * TIER_OPEN_RUNS: the disk tier reads nothing
- * ahead of those reads into memory of its own (that was a copy of every byte). An encoded
+ * reader asks for the rest soon). Of a block stored raw, a runner takes as many consecutive
+ * pieces as RUN_BYTES holds (of those a read waits for, that read's only), in one read
+ * straight into the block's memory, and the block below is opened with TIER_OPEN_RUNS: the
+ * disk tier reads nothing ahead of those reads into memory of its own (that was a copy of
+ * every byte). An encoded
  * block goes a piece at a time, decoded in between, behind the disk tier's read-ahead; its
  * runners count among the ndumpers workers that take a CPU. The load is queued at open (an
  * open loads the block, DESIGN.md section 3) but its runners give the first read HINT_WAIT
@@ -877,13 +877,13 @@ void load_put(struct pipeline *p, struct loading *ld)
 /* Take the next pieces to fetch and mark them BUSY: the first one a waiting read lacks
  * (*wanted) and, for a block stored raw, the ones after it that the same read lacks, up to
  * RUN_BYTES (one request: 1 MiB reads of 8 readers at once went to the disk as 256 KiB ones
- * and loaded 3.0-3.5 GB/s, 3.9-4.1 in one request each), else (if bg) the next in order and,
- * for a block stored raw, the pieces
- * after it that are still to fetch, up to RUN_BYTES (*count of them, read with one request;
- * an encoded block goes a chunk at a time, decoded in between, so that its runner soon gives
- * way to the next block's first read, and the disk tier reads ahead of it). *wanted also
- * when a reader waits for another piece of ld: the IO is then foreground. The first piece's
- * index, CLAIM_NONE or CLAIM_YIELD. ld->lock held. */
+ * and loaded 3.0-3.5 GB/s, 3.9-4.1 in one request each), else (if bg) the next in order
+ * and, for a block stored raw, the pieces after it that are still to fetch, up to RUN_BYTES
+ * (*count of them, read with one request; an encoded block goes a chunk at a time, decoded
+ * in between, so that its runner soon gives way to the next block's first read, and the disk
+ * tier reads ahead of it). *wanted also when a reader waits for another piece of ld or holds
+ * it open: the IO is then foreground. The first piece's index, CLAIM_NONE or CLAIM_YIELD.
+ * ld->lock held. */
 static int claim_piece(struct loading *ld, bool bg, bool *wanted, uint32_t *count)
 {
 	*count = 1;

@@ -399,6 +399,14 @@ void run_prefetch(void)
 	if (R.ucm.pid)
 		daemon_stop(&R.ucm);
 	rm_rf(store);
+	{
+		/* the rows after a phase that failed were not measured: say so */
+		struct fig *rows[] = { &P.fresh, &P.ready, &P.warm, &P.readers };
+
+		for (unsigned i = 0; i < sizeof(rows) / sizeof(rows[0]); i++)
+			if (isnan(rows[i]->v) && !rows[i]->note[0])
+				fig_skip(rows[i], "skipped: an earlier load phase failed");
+	}
 	phase_start("prefetch: default compression");
 	rc = pool.n ? start(zstore, "zstd:1") : -ENOMEM;
 	if (rc == 0)
