@@ -11,10 +11,15 @@
  *     last page of a UCM-layout file reads short);
  *   - anything else (a compressed chunk at any offset): the whole span is read into the
  *     engine's aligned memory and the asked bytes copied out.
- * The requester submits as many segments as the depth leaves room for with one io_submit
- * (all of them, for a request of up to `depth` segments, so the disk sees them as one deep
- * queue), then waits; one completion thread reaps events in batches and wakes requesters.
- * No thread is parked per IO: a request of sixteen segments is one submit and one wait.
+ * The requester submits as many segments as the depth leaves room for (all of them, for a
+ * request of up to `depth` segments, so the disk sees them as one deep queue), then waits;
+ * one completion thread reaps events in batches and wakes requesters. No thread is parked
+ * per IO: a request of sixteen segments is one wait. A read's segments go one per io_submit:
+ * the block layer merges the adjacent bios of one submission (one plug) into requests of up
+ * to max_sectors_kb, and this project's virtual disks answer fewer, larger requests slower
+ * than the same bytes as 1 MiB ones (a prefetch of 1 GiB: 2.15-2.25 GB/s merged, 2.5-2.7
+ * not; docs/BENCHMARKS.md "Reads the disk takes as they are cut"). Writes keep one submit:
+ * there larger requests were faster.
  *
  * Two classes share the depth. Foreground requests (a reader waiting for its bytes) take any
  * free slot. Background ones (the pipeline's workers loading ahead of readers, prefetches,
@@ -465,6 +470,8 @@ static void submit(struct io_engine *e, struct io_req *r, bool wait, bool *late)
 			k = r->nseg - base;
 		if (k > REAP_BATCH)
 			k = REAP_BATCH;
+		if (!r->write)
+			k = 1; /* a read's segments unmerged: see DESIGN */
 		for (unsigned i = 0; i < k; i++) {
 			r->seg[base + i].submitted = true;
 			r->seg[base + i].bg = r->bg;
