@@ -1440,7 +1440,11 @@ static int load_join_or_new(struct pipeline *p, const struct blockid *id, bool w
 /*
  * A prefetch keeps up to PREFETCH_LOADS loads (PREFETCH_BYTES of blocks) in flight, so that
  * the workers, the disk tier's read-ahead and the IO engine always have the next block's
- * pieces to fetch while the one before is checked and admitted.
+ * pieces to fetch while the one before is checked and admitted. Its own reads (the header of
+ * each block it opens) are background IO: as foreground reads, each stopped the workers'
+ * submissions until it was answered, behind the 16 MiB they had in the disk's queue, so the
+ * queue drained to nothing once per block (docs/BENCHMARKS.md "Reads the disk takes as they
+ * are cut").
  */
 #define PREFETCH_LOADS 8
 #define PREFETCH_BYTES (256ull << 20)
@@ -1452,6 +1456,7 @@ size_t jobs_prefetch(struct pipeline *p, const struct blockid *ids, size_t n)
 	uint64_t bytes = 0;
 	size_t loaded = 0;
 
+	io_set_background(true);
 	for (size_t i = 0;; i++) {
 		while (cnt && (i == n || cnt == PREFETCH_LOADS || bytes >= PREFETCH_BYTES)) {
 			struct loading *ld = win[head];
@@ -1479,6 +1484,7 @@ size_t jobs_prefetch(struct pipeline *p, const struct blockid *ids, size_t n)
 		cnt++;
 		bytes += ld->a.size;
 	}
+	io_set_background(false);
 	return loaded;
 }
 
