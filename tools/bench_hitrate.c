@@ -225,37 +225,16 @@ struct hr_stats {
 /* The memory tier's counters from /.ucm/stats. 0 or -errno (recorded). */
 static int stats_read(struct hr_stats *s)
 {
-	static const struct {
-		const char *prefix;
-		size_t off;
-	} want[] = {
-		{ "ucmfs_tier_hits_total{tier=\"mem\"} ", offsetof(struct hr_stats, hits) },
-		{ "ucmfs_tier_misses_total{tier=\"mem\"} ", offsetof(struct hr_stats, misses) },
-		{ "ucmfs_loads_total ", offsetof(struct hr_stats, loads) },
-		{ "ucmfs_streamed_opens_total ", offsetof(struct hr_stats, streamed) },
-	};
-	char path[PATH_MAX + 16], line[512];
-	unsigned found = 0;
-	FILE *f;
+	static const char *const names[] = { "ucmfs_tier_hits_total{tier=\"mem\"}",
+					     "ucmfs_tier_misses_total{tier=\"mem\"}",
+					     "ucmfs_loads_total", "ucmfs_streamed_opens_total" };
+	double v[4];
+	int rc = stats_values(R.ucm_mnt, names, v, 4);
 
-	snprintf(path, sizeof(path), "%s/.ucm/stats", R.ucm_mnt);
-	f = fopen(path, "r");
-	if (!f)
-		return bench_fail(errno, "open %s", path);
-	while (fgets(line, sizeof(line), f)) {
-		for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++) {
-			size_t l = strlen(want[i].prefix);
-
-			if (!strncmp(line, want[i].prefix, l)) {
-				*(double *)((char *)s + want[i].off) = strtod(line + l, NULL);
-				found |= 1u << i;
-			}
-		}
-	}
-	fclose(f);
-	if (found != (1u << (sizeof(want) / sizeof(want[0]))) - 1)
-		return bench_fail(0, "%s lacks the memory tier's hit/miss/load counters", path);
-	return 0;
+	if (rc == 0)
+		*s = (struct hr_stats){ .hits = v[0], .misses = v[1], .loads = v[2],
+					.streamed = v[3] };
+	return rc;
 }
 
 static int hr_start(const char *store, uint64_t mem, const char *policy, const char *log)

@@ -125,17 +125,17 @@ static int fio_pair(uint64_t bytes, double *gbps)
  * (and some made, unless none came in the first second: mem_prefault=none). 0 or -errno. */
 static int wait_ready(double t0, double *secs)
 {
-	double pending = 1, made = 0;
+	static const char *const names[] = { "ucmfs_mem_prefault_pending_bytes",
+					     "ucmfs_mem_prefaulted_bytes_total" };
+	double v[2] = { 1, 0 }; /* pending, made */
 	int rc = 0;
 
-	while (!rc && (pending > 0 || (made == 0 && now_s() - t0 < 1))) {
+	while (!rc && (v[0] > 0 || (v[1] == 0 && now_s() - t0 < 1))) {
 		if (now_s() - t0 > READY_LIMIT_S)
 			return bench_fail(ETIMEDOUT, "memory not ready %.0f s after mount",
 					  READY_LIMIT_S);
 		usleep(5000);
-		rc = stats_value(R.mnt, "ucmfs_mem_prefault_pending_bytes", &pending);
-		if (rc == 0)
-			rc = stats_value(R.mnt, "ucmfs_mem_prefaulted_bytes_total", &made);
+		rc = stats_values(R.mnt, names, v, 2);
 	}
 	*secs = now_s() - t0;
 	return rc;

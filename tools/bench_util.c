@@ -602,24 +602,31 @@ void block_name(char out[33], uint64_t salt, uint64_t i)
 	snprintf(out, 33, "%016llx%016llx", (unsigned long long)a, (unsigned long long)b);
 }
 
-int stats_value(const char *mnt, const char *name, double *v)
+int stats_values(const char *mnt, const char *const *names, double *v, unsigned n)
 {
 	char path[PATH_MAX + 16], *line = NULL;
-	size_t cap = 0, l = strlen(name);
-	int rc = -ENOENT;
+	size_t cap = 0;
+	unsigned found = 0;
 	FILE *f;
 
 	snprintf(path, sizeof(path), "%s/.ucm/stats", mnt);
 	f = fopen(path, "r");
 	if (!f)
 		return bench_fail(errno, "open %s", path);
-	while (rc && getline(&line, &cap, f) > 0) {
-		if (!strncmp(line, name, l) && line[l] == ' ') {
-			*v = strtod(line + l + 1, NULL);
-			rc = 0;
+	while (getline(&line, &cap, f) > 0) {
+		for (unsigned i = 0; i < n; i++) {
+			size_t l = strlen(names[i]);
+
+			if (!strncmp(line, names[i], l) && line[l] == ' ') {
+				v[i] = strtod(line + l + 1, NULL);
+				found |= 1u << i;
+			}
 		}
 	}
 	free(line);
 	fclose(f);
-	return rc ? bench_fail(-rc, "%s has no %s", path, name) : 0;
+	for (unsigned i = 0; i < n; i++)
+		if (!(found & (1u << i)))
+			return bench_fail(0, "%s has no %s", path, names[i]);
+	return 0;
 }

@@ -98,9 +98,10 @@ int drop_tree_cache(const char *dir);
 
 /* Remove a tree, never crossing into another filesystem (a mount left behind). */
 int rm_rf(const char *path);
-/* The value of the metric line "name value" of the mount's /.ucm/stats (name with its
- * labels, if any, exactly as printed). 0 or -errno (recorded). */
-int stats_value(const char *mnt, const char *name, double *v);
+/* The values of the metric lines "name value" of the mount's /.ucm/stats, one read of the
+ * file: v[i] for names[i] (with its labels, if any, exactly as printed), n at most 32.
+ * 0, or -errno (recorded) if the file cannot be read or lacks one of them. */
+int stats_values(const char *mnt, const char *const *names, double *v, unsigned n);
 
 
 /* The filesystem type of path (statfs f_type), or 0. */
