@@ -54,6 +54,7 @@ static bool streams(const uint8_t *d, size_t n)
 	return n >= NT_MIN && ((uintptr_t)d & 15) == 0;
 }
 
+/* values [0, m & ~15) of width 2; returns how many were done */
 static size_t shuffle2_vec(uint8_t *lo, uint8_t *hi, const uint8_t *s, size_t m)
 {
 	const v16 low = _mm_set1_epi16(0x00ff);
