@@ -1076,6 +1076,8 @@ int pipeline_create(const struct pipeline_config *cfg, struct tier **out)
 	/* hosts sharing the store: a block written again later could land over another host's
 	 * newer version, so fsyncs there wait for compression */
 	p->hurry = cfg->hurry && !cfg->shared;
+	p->recode_delay_ns = cfg->recode_delay_ms > 0 ? cfg->recode_delay_ms * 1000000LL
+						      : RECODE_DELAY_NS;
 	p->ndumpers = cfg->dump_threads < 1 ? 1
 		      : cfg->dump_threads > MAX_WORKERS ? MAX_WORKERS : cfg->dump_threads;
 	p->nthreads = cfg->load_threads > MAX_WORKERS ? MAX_WORKERS : cfg->load_threads;

@@ -19,6 +19,8 @@ struct pipeline_config {
 	bool durable;            /* every commit durable */
 	bool shared;             /* other hosts share the store below (-o shared) */
 	bool hurry;              /* a waited dump behind others is stored raw, encoded later */
+	int64_t recode_delay_ms; /* ... this long after at the earliest (0: 1 s; tests lengthen
+				  * it to order their steps before a rewrite) */
 	unsigned dump_threads;    /* dumps written at once, at most (the CPU's share) */
 	unsigned load_threads;    /* workers in all (at least dump_threads): the others load */
 };

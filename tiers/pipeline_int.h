@@ -18,6 +18,8 @@
 #define MAX_WORKERS 64
 #define COPY_CHUNK (1u << 20)
 
+#define RECODE_DELAY_NS 1000000000LL /* default of pipeline_config.recode_delay_ms */
+
 struct session;
 struct loading;
 struct dump_job;
@@ -73,6 +75,7 @@ struct pipeline {
 	struct recode *rhead, *rtail; /* hurried blocks to write again when idle; qlock */
 	unsigned nrecode;            /* in that list; qlock */
 	bool hurry;                  /* waited dumps may be hurried (pipeline_config) */
+	int64_t recode_delay_ns;     /* a hurried block is encoded again this long after */
 	atomic_uint waiters;         /* callers waiting for a dump (fsync, durable close) */
 	bool final;                  /* draining for exit: a failed dump is not parked; qlock */
 	bool stuck;                  /* told the cache that dumps are parked; qlock */

@@ -22,11 +22,11 @@
  * store is shared): from its next piece on, the compress stage passes its bytes on as they
  * are (tier_hurry()); so is every other dump in progress while anyone waits, since the fsync
  * loop of a writer comes to those next. A hurried block is written again, compressed and
- * durable, RECODE_DELAY_NS later at the earliest, by a worker that finds no other job running
- * or queued, if memory still holds that very version and the disk still has the one it
- * replaces (commit time); otherwise it stays as it is. A rewrite is idle work: it stops as
- * soon as anyone waits for a dump, and is tried again later; the dumps it overlaps are not
- * hurried for it. The list of those (at most RECODE_MAX) is lost at exit.
+ * durable, p->recode_delay_ns (1 s) later at the earliest, by a worker that finds no other
+ * job running or queued, if memory still holds that very version and the disk still has the
+ * one it replaces (commit time); otherwise it stays as it is. A rewrite is idle work: it
+ * stops as soon as anyone waits for a dump, and is tried again later; the dumps it overlaps
+ * are not hurried for it. The list of those (at most RECODE_MAX) is lost at exit.
  *
  * A load is single-flight and streaming. The first reader of a block that is only on disk
  * creates a `struct loading`: a cache reservation of the block's size split into pieces of
@@ -87,7 +87,6 @@
 #define WORKER_NICE 5 /* workers' nice value: mostly compression and disk writes */
 #define LOAD_RUNNERS 4 /* workers fetching the pieces of one load at once */
 #define RUN_BYTES (4u << 20) /* pieces nobody waits for yet are read up to this many at once */
-#define RECODE_DELAY_NS 1000000000LL /* a hurried block is encoded again this long after */
 #define RECODE_MAX 65536 /* hurried blocks waiting for that; more stay as they are */
 
 enum { P_TODO, P_BUSY, P_DONE };
@@ -659,7 +658,7 @@ static void recode_add(struct pipeline *p, const struct blockid *id, uint64_t ve
 		r->next = NULL;
 		r->id = *id;
 		r->version = version;
-		r->due = mono_ns() + RECODE_DELAY_NS;
+		r->due = mono_ns() + p->recode_delay_ns;
 		if (p->rtail)
 			p->rtail->next = r;
 		else
@@ -808,7 +807,7 @@ static struct recode *pop_recode_locked(struct pipeline *p, int64_t *wait_ns)
 		return NULL;
 	now = mono_ns();
 	if (p->running || p->queued || r->due > now) {
-		*wait_ns = r->due > now ? r->due - now : RECODE_DELAY_NS / 4;
+		*wait_ns = r->due > now ? r->due - now : p->recode_delay_ns / 4;
 		return NULL;
 	}
 	p->rhead = r->next;
