@@ -1483,7 +1483,7 @@ size_t jobs_prefetch(struct pipeline *p, const struct blockid *ids, size_t n)
 		cnt++;
 		bytes += ld->a.size;
 	}
-	io_set_background(false);
+	io_set_background(in_worker);
 	return loaded;
 }
 

@@ -46,7 +46,7 @@ static inline void put16(uint8_t *p, v16 v, bool nt)
 	if (nt)
 		_mm_stream_si128((v16 *)p, v);
 	else
-		_mm_storeu_si128((v16 *)p, v);
+		store16(p, v);
 }
 
 static bool streams(const uint8_t *d, size_t n)

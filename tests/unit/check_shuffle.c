@@ -97,9 +97,8 @@ END_TEST
 
 START_TEST(test_shuffle_large_sizes)
 {
-	unsigned w = widths[_i];
-
 	static const size_t skews[] = { 0, 1, 8, 16 };
+	unsigned w = widths[_i];
 
 	for (size_t i = 0; i < NLARGE; i++)
 		for (size_t k = 0; k < sizeof(skews) / sizeof(skews[0]); k++)
