@@ -843,20 +843,29 @@ static int pipe_sync(struct tier *t, const struct blockid *id)
 
 	if (!p->below)
 		return pipe_lookup(t, id, NULL);
+	/* the caller waits until the flush below is done too: dumps that start meanwhile are
+	 * hurried as well (the next fsync of a writer's loop comes to them), so that each flush
+	 * finds more blocks written */
+	atomic_fetch_add(&p->waiters, 1);
+	rc = 0;
 	/* the live version is safe below once it is clean: write it now if it is not */
-	while (p->cache && p->cache->ops->lookup(p->cache, id, &a) == 0 && a.dirty) {
+	while (rc == 0 && p->cache && p->cache->ops->lookup(p->cache, id, &a) == 0 && a.dirty) {
 		rc = p->cache->ops->open(p->cache, id, TIER_OPEN_INTERNAL, &rd);
-		if (rc == -ENOENT)
+		if (rc == -ENOENT) {
+			rc = 0;
 			continue; /* replaced or removed meanwhile: look again */
+		}
 		if (rc)
-			return -EIO; /* it cannot be written below now */
-		rc = dump(p, rd, id, a.version, DUMP_WAITED);
-		if (rc)
-			return rc == -ENOSPC ? rc : -EIO;
+			rc = -EIO; /* it cannot be written below now */
+		else if ((rc = dump(p, rd, id, a.version, DUMP_WAITED)))
+			rc = rc == -ENOSPC ? rc : -EIO;
 	}
-	if (p->below->ops->lookup(p->below, id, NULL))
-		return pipe_lookup(t, id, NULL) == 0 ? -EIO : -ENOENT;
-	return p->below->ops->sync(p->below, id);
+	if (rc == 0 && p->below->ops->lookup(p->below, id, NULL))
+		rc = pipe_lookup(t, id, NULL) == 0 ? -EIO : -ENOENT;
+	else if (rc == 0)
+		rc = p->below->ops->sync(p->below, id);
+	atomic_fetch_sub(&p->waiters, 1);
+	return rc;
 }
 
 static int merge_add(const struct blockid *id, void *arg)

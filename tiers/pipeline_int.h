@@ -76,7 +76,8 @@ struct pipeline {
 	unsigned nrecode;            /* in that list; qlock */
 	bool hurry;                  /* waited dumps may be hurried (pipeline_config) */
 	int64_t recode_delay_ns;     /* a hurried block is encoded again this long after */
-	atomic_uint waiters;         /* callers waiting for a dump (fsync, durable close) */
+	atomic_uint waiters;         /* callers waiting for a block to be durable: a durable
+	                              * close, an fsync (its dump and the flush below) */
 	bool final;                  /* draining for exit: a failed dump is not parked; qlock */
 	bool stuck;                  /* told the cache that dumps are parked; qlock */
 	bool stop;                   /* protected by qlock */

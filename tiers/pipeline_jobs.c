@@ -20,8 +20,9 @@
  * or running waits for the CPU as well as the disk: with two CPUs, zstd (about 1 GB/s a
  * core) is slower than the disk. Such a dump is hurried (unless sync_compress=inline, or the
  * store is shared): from its next piece on, the compress stage passes its bytes on as they
- * are (tier_hurry()); so is every other dump in progress while anyone waits, since the fsync
- * loop of a writer comes to those next. A hurried block is written again, compressed and
+ * are (tier_hurry()); so is every other dump in progress while anyone waits (an fsync waits
+ * from its dump to the end of the flush below it), since the fsync loop of a writer comes to
+ * those next, and each flush then finds more of them written. A hurried block is written again, compressed and
  * durable, p->recode_delay_ns (1 s) later at the earliest, by a worker that finds no other
  * job running or queued, if memory still holds that very version and the disk still has the
  * one it replaces (commit time); otherwise it stays as it is. A rewrite is idle work: it

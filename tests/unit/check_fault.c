@@ -1741,6 +1741,69 @@ START_TEST(test_fault_below_rewrite_gives_way_to_fsync)
 }
 END_TEST
 
+/* An fsync in a thread of its own. */
+struct bg_sync {
+	struct tier *t;
+	struct blockid id;
+	int rc;
+};
+
+static void *bg_sync_run(void *arg)
+{
+	struct bg_sync *s = arg;
+
+	s->rc = s->t->ops->sync(s->t, &s->id);
+	return NULL;
+}
+
+/*
+ * An fsync waits for the flush below as well as for its block's dump, and dumps that start
+ * while it waits there are hurried too: a writer's loop of fsyncs comes to those blocks next,
+ * and each flush then finds more of them on disk. One worker, each write and sync below
+ * slowed to 200 ms. The worker dumps x (2 MB: two writes, until 400 ms); 100 ms in, a, b and
+ * c are written and a is fsynced: the fsync writes a itself (until 300 ms), then waits in its
+ * flush (until 500 ms), and the worker, done with x, dumps b (c queued behind it) uncompressed.
+ * Hurried blocks are written again, compressed, later.
+ */
+START_TEST(test_fault_below_dumps_hurried_while_fsync_flushes)
+{
+	struct two w;
+	struct blockid x = ut_id(87), a = ut_id(88), b = ut_id(89), c = ut_id(90);
+	struct bg_sync s = { .id = a };
+	struct pipeline_counters pc;
+	struct block_attr at;
+	pthread_t th;
+
+	two_open_recode(&w, 1, 0, 16 * MB, true, true, 3000);
+	fault_arm(w.below, &(struct fault_plan){ .action = FAULT_DELAY,
+						 .ops = FAULT_BIT(FOP_WRITE) | FAULT_BIT(FOP_SYNC),
+						 .nth = 1, .times = UINT32_MAX, .delay_ns = 200000000 });
+	ck_assert_int_eq(two_put(w.t, &x, 4, 2 * MB, 2 * MB), 0);
+	ut_sleep_ms(100);
+	ck_assert_int_eq(two_put(w.t, &a, 1, 1 * MB, 1 * MB), 0);
+	ck_assert_int_eq(two_put(w.t, &b, 2, 2 * MB, 2 * MB), 0);
+	ck_assert_int_eq(two_put(w.t, &c, 3, 1 * MB, 1 * MB), 0);
+	s.t = w.t;
+	ck_assert_int_eq(pthread_create(&th, NULL, bg_sync_run, &s), 0);
+	pthread_join(th, NULL);
+	ck_assert_int_eq(s.rc, 0);
+	fault_disarm(w.below);
+	tu_settle(w.t);
+	ck_assert_int_eq(tu_lookup(w.below, &b, &at), 0);
+	ck_assert_uint_ge(at.stored, 2 * MB); /* raw (and its header): no zstd */
+	pipeline_counters(w.t, &pc);
+	ck_assert_uint_ge(pc.dumps_hurried, 2); /* a, b (and x from its second write) */
+	wait_recompressed(w.t, pc.dumps_hurried);
+	ck_assert_int_eq(tu_lookup(w.below, &b, &at), 0);
+	ck_assert_uint_lt(at.stored, 2 * MB * 9 / 10);
+	tu_expect(w.below, &x, 4, 2 * MB);
+	tu_expect(w.below, &a, 1, 1 * MB);
+	tu_expect(w.below, &b, 2, 2 * MB);
+	tu_expect(w.below, &c, 3, 1 * MB);
+	two_close(&w, true);
+}
+END_TEST
+
 /* One read answered later by map_start(). */
 struct later {
 	pthread_mutex_t *lock;
@@ -2092,6 +2155,7 @@ Suite *fault_below_suite(void)
 				  test_fault_below_fsync_behind_dumps_hurries,
 				  test_fault_below_hurried_block_removed_or_replaced,
 				  test_fault_below_rewrite_gives_way_to_fsync,
+				  test_fault_below_dumps_hurried_while_fsync_flushes,
 				  test_fault_below_loads_beside_slow_dumps, NULL };
 
 	return loop_suite("fault_below", test_fault_below_every_call,
