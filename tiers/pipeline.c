@@ -846,7 +846,7 @@ static int pipe_sync(struct tier *t, const struct blockid *id)
 	/* the caller waits until the flush below is done too: dumps that start meanwhile are
 	 * hurried as well (the next fsync of a writer's loop comes to them), so that each flush
 	 * finds more blocks written */
-	atomic_fetch_add(&p->waiters, 1);
+	dump_wait_begin(p);
 	rc = 0;
 	/* the live version is safe below once it is clean: write it now if it is not */
 	while (rc == 0 && p->cache && p->cache->ops->lookup(p->cache, id, &a) == 0 && a.dirty) {
@@ -864,7 +864,7 @@ static int pipe_sync(struct tier *t, const struct blockid *id)
 		rc = pipe_lookup(t, id, NULL) == 0 ? -EIO : -ENOENT;
 	else if (rc == 0)
 		rc = p->below->ops->sync(p->below, id);
-	atomic_fetch_sub(&p->waiters, 1);
+	dump_wait_end(p);
 	return rc;
 }
 

@@ -59,6 +59,7 @@ struct pipeline {
 	struct loading *lhead, *ltail; /* load queue; protected by qlock */
 	atomic_uint lqueued;           /* loads in that queue: read without qlock by dumps */
 	struct dump_job *dhead, *dtail; /* dump queue; protected by qlock */
+	struct dump_job *drun;       /* taken by workers, until their dump() returns; qlock */
 	struct loading *uhead, *utail; /* loads with pieces readers wait for, for the fetcher;
 					  protected by qlock */
 	pthread_cond_t ucond;        /* wakes the fetcher */
@@ -130,6 +131,10 @@ int dump(struct pipeline *p, struct tier_handle *rd, const struct blockid *id, u
 #define DUMP_DURABLE 1u /* commit durable (TIER_COMMIT_DURABLE) */
 #define DUMP_WAITED 2u  /* the caller waits for it: hurried if other dumps keep the CPU busy */
 #define DUMP_RECODE 4u  /* write a clean version again, encoded (a hurried dump stored it raw) */
+/* A caller starts or stops waiting for a block to be durable (p->waiters): while anyone
+ * waits, dumps are hurried and every worker may take one (they need no CPU then). */
+void dump_wait_begin(struct pipeline *p);
+void dump_wait_end(struct pipeline *p);
 /* Queue that (or do it now if there are no workers). */
 void enqueue_dump(struct pipeline *p, struct tier_handle *rd, const struct blockid *id,
 		  uint64_t version);

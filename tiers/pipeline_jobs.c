@@ -277,8 +277,10 @@ static void *worker(void *arg)
 	pthread_mutex_lock(&p->qlock);
 	for (;;) {
 		/* at most ndumpers compress or decode at once (a CPU each); the others load
-		 * blocks stored raw */
-		bool cpu = p->running_cpu < p->ndumpers;
+		 * blocks stored raw, and dump too while anyone waits for a dump (dumps are
+		 * hurried then: no compression) */
+		bool cpu = p->running_cpu < p->ndumpers ||
+			   (atomic_load(&p->waiters) && p->running_cpu < p->nthreads);
 		struct loading *ld = pop_load(p, cpu);
 		struct dump_job *j = ld || !cpu ? NULL : pop_dump_locked(p);
 		bool decode = ld && ld->decode;
@@ -321,6 +323,10 @@ static void *worker(void *arg)
 		p->running++;
 		p->running_loads += ld != NULL;
 		p->running_cpu += j || decode;
+		if (j) {
+			j->next = p->drun;
+			p->drun = j;
+		}
 		pthread_mutex_unlock(&p->qlock);
 
 		if (ld) {
@@ -338,12 +344,17 @@ static void *worker(void *arg)
 		if (p->cache->ops->open(p->cache, &j->id, TIER_OPEN_INTERNAL, &again))
 			again = NULL;
 		rc = dump(p, j->rd, &j->id, j->version, 0);
-		if (rc) {
-			atomic_fetch_add(&p->dump_errors, 1);
-			pthread_mutex_lock(&p->qlock);
-			retry = again && !p->final;
-			pthread_mutex_unlock(&p->qlock);
+		pthread_mutex_lock(&p->qlock);
+		for (struct dump_job **pp = &p->drun; *pp; pp = &(*pp)->next) {
+			if (*pp == j) {
+				*pp = j->next;
+				break;
+			}
 		}
+		retry = rc && again && !p->final;
+		pthread_mutex_unlock(&p->qlock);
+		if (rc)
+			atomic_fetch_add(&p->dump_errors, 1);
 		if (retry) {
 			/* never given up while the block lives: a full disk gets room again */
 			j->rd = again;
@@ -603,6 +614,9 @@ static bool other_dumps(struct pipeline *p, const struct blockid *id)
 		any = !o->recode && !blockid_eq(&o->id, id);
 	for (struct dump_job *j = p->dhead; j && !any; j = j->next)
 		any = !blockid_eq(&j->id, id);
+	/* taken from the queue, not yet claimed (or claimed: counted twice, harmless) */
+	for (struct dump_job *j = p->drun; j && !any; j = j->next)
+		any = !blockid_eq(&j->id, id);
 	pthread_mutex_unlock(&p->qlock);
 	return any;
 }
@@ -629,6 +643,20 @@ static void dump_claim(struct pipeline *p, const struct blockid *id, struct dump
 	c->next = p->dumping;
 	p->dumping = c;
 	pthread_mutex_unlock(&p->qlock);
+}
+
+void dump_wait_begin(struct pipeline *p)
+{
+	atomic_fetch_add(&p->waiters, 1);
+	pthread_mutex_lock(&p->qlock);
+	if (p->dhead) /* idle workers may take dumps now */
+		pthread_cond_broadcast(&p->qcond);
+	pthread_mutex_unlock(&p->qlock);
+}
+
+void dump_wait_end(struct pipeline *p)
+{
+	atomic_fetch_sub(&p->waiters, 1);
 }
 
 static void dump_unclaim(struct pipeline *p, struct dump_claim *c)

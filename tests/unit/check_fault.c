@@ -1686,6 +1686,8 @@ START_TEST(test_fault_below_hurried_block_removed_or_replaced)
 	pipeline_counters(w.t, &c);
 	ck_assert_uint_ge(c.recompress_pending, 1); /* b's rewrite waits */
 	ck_assert_int_eq(w.t->ops->remove(w.t, &b), 0);
+	/* no other dump runs while the new version's fsync waits: it is not hurried */
+	tu_settle(w.t);
 	ck_assert_int_eq(two_put(w.t, &a, 3, 3 * MB, 3 * MB), 0); /* a new version of a */
 	ck_assert_int_eq(w.t->ops->sync(w.t, &a), 0);
 	ut_sleep_ms(3500); /* past the delay of a rewrite */
