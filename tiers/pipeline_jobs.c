@@ -7,7 +7,9 @@
  * Workers serve two queues, loads first: a reader may be waiting for a load, nobody waits for
  * a dump (except fsync, which runs its dump itself). At most ndumpers of them dump at once
  * (compression takes a CPU each); the others only load, so that readers of many cold blocks
- * have as many loads in flight as the disk wants. They run at nice WORKER_NICE, so that
+ * have as many loads in flight as the disk wants, except while anyone waits for a block to
+ * be durable: dumps are hurried then (below), need no CPU, and every worker may take one.
+ * They run at nice WORKER_NICE, so that
  * the compression and writing of dumps takes the CPU the FUSE threads leave (the FUSE threads
  * answer hot reads, and never wait for the disk themselves).
  *
@@ -22,8 +24,8 @@
  * store is shared): from its next piece on, the compress stage passes its bytes on as they
  * are (tier_hurry()); so is every other dump in progress while anyone waits (an fsync waits
  * from its dump to the end of the flush below it), since the fsync loop of a writer comes to
- * those next, and each flush then finds more of them written. A hurried block is written again, compressed and
- * durable, p->recode_delay_ns (1 s) later at the earliest, by a worker that finds no other
+ * those next, and each flush then finds more of them written. A hurried block is written
+ * again, compressed and durable, p->recode_delay_ns (1 s) later at the earliest, by a worker that finds no other
  * job running or queued, if memory still holds that very version and the disk still has the
  * one it replaces (commit time); otherwise it stays as it is. A rewrite is idle work: it
  * stops as soon as anyone waits for a dump, and is tried again later; the dumps it overlaps
@@ -277,12 +279,12 @@ static void *worker(void *arg)
 	pthread_mutex_lock(&p->qlock);
 	for (;;) {
 		/* at most ndumpers compress or decode at once (a CPU each); the others load
-		 * blocks stored raw, and dump too while anyone waits for a dump (dumps are
-		 * hurried then: no compression) */
-		bool cpu = p->running_cpu < p->ndumpers ||
-			   (atomic_load(&p->waiters) && p->running_cpu < p->nthreads);
+		 * blocks stored raw, and dump too while anyone waits for a block to be durable
+		 * (dumps are hurried then: no compression) */
+		bool cpu = p->running_cpu < p->ndumpers;
 		struct loading *ld = pop_load(p, cpu);
-		struct dump_job *j = ld || !cpu ? NULL : pop_dump_locked(p);
+		struct dump_job *j = ld || !(cpu || atomic_load(&p->waiters)) ? NULL
+						: pop_dump_locked(p);
 		bool decode = ld && ld->decode;
 		struct tier_handle *again = NULL;
 		bool park = false, retry = false;
@@ -621,6 +623,20 @@ static bool other_dumps(struct pipeline *p, const struct blockid *id)
 	return any;
 }
 
+void dump_wait_begin(struct pipeline *p)
+{
+	atomic_fetch_add(&p->waiters, 1);
+	pthread_mutex_lock(&p->qlock);
+	if (p->dhead) /* idle workers may take dumps now */
+		pthread_cond_broadcast(&p->qcond);
+	pthread_mutex_unlock(&p->qlock);
+}
+
+void dump_wait_end(struct pipeline *p)
+{
+	atomic_fetch_sub(&p->waiters, 1);
+}
+
 /* Wait until no dump of id runs, then claim it for the caller. A caller who waits for the
  * block to be safe (waited) tells the dump it waits for. */
 static void dump_claim(struct pipeline *p, const struct blockid *id, struct dump_claim *c,
@@ -629,7 +645,7 @@ static void dump_claim(struct pipeline *p, const struct blockid *id, struct dump
 	struct dump_claim *o;
 
 	if (waited)
-		atomic_fetch_add(&p->waiters, 1);
+		dump_wait_begin(p);
 	pthread_mutex_lock(&p->qlock);
 	while ((o = claim_of_locked(p, id))) {
 		if (waited)
@@ -645,20 +661,6 @@ static void dump_claim(struct pipeline *p, const struct blockid *id, struct dump
 	pthread_mutex_unlock(&p->qlock);
 }
 
-void dump_wait_begin(struct pipeline *p)
-{
-	atomic_fetch_add(&p->waiters, 1);
-	pthread_mutex_lock(&p->qlock);
-	if (p->dhead) /* idle workers may take dumps now */
-		pthread_cond_broadcast(&p->qcond);
-	pthread_mutex_unlock(&p->qlock);
-}
-
-void dump_wait_end(struct pipeline *p)
-{
-	atomic_fetch_sub(&p->waiters, 1);
-}
-
 static void dump_unclaim(struct pipeline *p, struct dump_claim *c)
 {
 	struct dump_claim **pp;
@@ -668,7 +670,7 @@ static void dump_unclaim(struct pipeline *p, struct dump_claim *c)
 		;
 	*pp = c->next;
 	if (c->waiter)
-		atomic_fetch_sub(&p->waiters, 1);
+		dump_wait_end(p);
 	pthread_cond_broadcast(&p->qidle);
 	if (p->dhead) /* a queued dump of this id may be waiting for it (pop_dump_locked()) */
 		pthread_cond_signal(&p->qcond);
