@@ -309,22 +309,31 @@ static void release_buffer(struct cache *c, struct cblock *b, struct freelist *f
 }
 
 /*
- * Take out of fl the buffer of a block make_room() just evicted, if one has exactly cap bytes:
- * a reservation that made room by eviction writes into memory already faulted in instead of
- * unmapping it and faulting in (and zeroing) as much again: in a full cache, that was the
- * price of every load (docs/BENCHMARKS.md). NULL if none.
+ * Take out of fl a buffer make_room() just freed (an evicted block's, or a pooled one) of
+ * exactly cap bytes, or (!exact) of at least cap, the smallest (*got: its size): a reservation
+ * that made room by eviction writes into memory already faulted in instead of unmapping it
+ * and faulting in (and zeroing) as much again. In a full cache that was the price of every
+ * load, and of every write of blocks smaller than the ones they evict (a writer's buffer
+ * grows into a larger one, cut to the block's size at commit). NULL if none.
  */
-static void *freelist_take(struct freelist *fl, uint64_t cap)
+static void *freelist_take(struct freelist *fl, uint64_t cap, bool exact, uint64_t *got)
 {
-	for (int i = 0; i < fl->n; i++) {
-		void *data = fl->v[i].data;
+	int best = -1;
+	void *data;
 
-		if (data && fl->v[i].cap == cap && !(fl->v[i].b && fl->v[i].b->exposed)) {
-			fl->v[i].data = NULL; /* its cblock is still freed by freelist_run() */
-			return data;
-		}
+	for (int i = 0; i < fl->n; i++) {
+		if (!fl->v[i].data || fl->v[i].cap < cap || (exact && fl->v[i].cap != cap) ||
+		    (fl->v[i].b && fl->v[i].b->exposed))
+			continue;
+		if (best < 0 || fl->v[i].cap < fl->v[best].cap)
+			best = i;
 	}
-	return NULL;
+	if (best < 0)
+		return NULL;
+	data = fl->v[best].data;
+	fl->v[best].data = NULL; /* its cblock is still freed by freelist_run() */
+	*got = fl->v[best].cap;
+	return data;
 }
 
 /* Take a pooled buffer of exactly cap bytes, or (any_size) the newest one. c->lock held. */
@@ -747,7 +756,9 @@ static int cache_reserve(struct tier *t, const struct blockid *id, unsigned flag
 		if (rc == 0) {
 			c->used += cap;
 			b->cap = cap;
-			b->data = freelist_take(&fl, cap);
+			/* of exactly that size: a load writes into b->data from the start on, and
+			 * a larger buffer cut at commit could move */
+			b->data = freelist_take(&fl, cap, true, &b->cap);
 			/* as a pooled one: another block's bytes, a fresh buffer's size */
 			if (b->data && !(flags & TIER_RESERVE_OVERWRITE))
 				b->stale_end = cap;
@@ -792,14 +803,32 @@ static int resize_reservation(struct cache *c, struct cblock *b, uint64_t size)
 	if (cap == b->cap)
 		return 0;
 	if (cap > b->cap) {
+		void *victim = NULL;
+		uint64_t vcap = 0;
+
 		pthread_mutex_lock(&c->lock);
 		rc = make_room(c, cap - b->cap, true, &fl);
+		/* growing into a buffer that room was made from (freelist_take()): the bytes so
+		 * far are copied, where growing in place faults in fresh memory; c->used stays
+		 * within capacity, as make_room() took that buffer's bytes off it */
 		if (rc == 0)
-			c->used += cap - b->cap;
+			victim = freelist_take(&fl, cap, false, &vcap);
+		if (rc == 0)
+			c->used += (victim ? vcap : cap) - b->cap;
 		pthread_mutex_unlock(&c->lock);
 		freelist_run(c, &fl);
 		if (rc)
 			return rc;
+		if (victim) {
+			counter_add(&c->reused, 1);
+			memcpy(victim, b->data, b->size);
+			buf_free(b->data, b->cap);
+			b->data = victim;
+			b->cap = vcap;
+			b->stale_end = vcap; /* past b->size: another block's bytes */
+			b->pool_sized = false; /* cut to the block's size at commit */
+			return 0;
+		}
 	}
 	p = buf_resize(b->data, b->cap, cap);
 	pthread_mutex_lock(&c->lock);

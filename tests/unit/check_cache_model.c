@@ -17,10 +17,11 @@
  *   - usage(): used equals the buffers of the blocks, handles and reservations the model
  *     holds (never more than the capacity), blocks and dirty blocks what the model counts.
  *
- * The model knows the size of every buffer but two, which it learns from usage() in the
+ * The model knows the size of every buffer but three, which it learns from usage() in the
  * step that makes them (and checks for plausibility): a reservation without a size hint may
- * get a pooled buffer of any size, and a commit may keep a pooled buffer a little larger
- * than the block. It also mirrors one rule of the implementation: a write past a
+ * get a pooled buffer of any size, a write that grows a reservation may grow it into a
+ * larger buffer that the room it made came from, and a commit may keep a pooled buffer a
+ * little larger than the block. It also mirrors one rule of the implementation: a write past a
  * reservation's buffer asks for twice the buffer (or the end of the write if larger) and,
  * if that does not fit, for just the end of the write (cache_write()).
  *
@@ -402,10 +403,18 @@ static void op_write(struct model *m, int i)
 		m->n_enospc++;
 		return;
 	}
-	if (cap != r->cap)
-		m->may_evict = true;
-	r->cap = cap;
 	r->written = end;
+	if (cap == r->cap)
+		return;
+	m->may_evict = true;
+	/* grown into a buffer that the room it made came from, if one was large enough: at
+	 * least cap bytes, at most what the bytes nothing else holds leave */
+	m->learn = &r->cap;
+	m->learn_vi = -1;
+	m->learn_lo = cap;
+	m->learn_hi = CAPACITY - (base - r->cap);
+	m->learn_alt = 0;
+	r->cap = 0;
 }
 
 static void op_commit(struct model *m, int i)
