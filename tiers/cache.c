@@ -35,7 +35,9 @@
  * Memory is reused rather than faulted in again: a buffer freed while no room is being made
  * (a block removed or replaced) goes to a pool that later reservations take from, and a
  * reservation that evicts takes over the buffer of a victim of its own size. Both hold
- * another block's bytes, which zero_stale() keeps from ever being read. A buffer whose file
+ * another block's bytes, which zero_stale() keeps from ever being read. A writer's
+ * reservation that grows past its buffer (no size declared) and evicts for it takes over a
+ * victim's buffer at least as large, cut to the block's size at commit. A buffer whose file
  * was handed to the kernel (cache_backing(), for passthrough) is never written while its
  * block lives, and goes back to the pool only once nobody else holds the file: a process
  * may still map it after its close (reclaim_buffer()).
