@@ -45,9 +45,10 @@
  * Memory is also made ready before it is needed: the prefaulter (a thread at SCHED_IDLE, so
  * that it only takes what the CPUs leave) fills the pool, while used + one buffer stays
  * within `prefault`, with buffers faulted in of the size most blocks have (size_hint, else
- * the size of the last large block committed, else the size most blocks below have). Pooled memory goes back to the system only
- * when make_room() needs room that no pooled buffer of the right size gives (a block of
- * another size), never because a block left memory.
+ * the size of the last large block committed, else the size most blocks below have).
+ * Pooled memory goes back to the system only when make_room() needs room that no pooled
+ * buffer of the right size gives (a block of another size), never because a block left
+ * memory.
  *
  * Locking: one mutex, c->lock, protects everything above. It is never held across a call
  * into another tier or the policy's caller; buffers are freed after it is dropped.

@@ -834,11 +834,32 @@ static int pipe_set_ttl(struct tier *t, const struct blockid *id, int64_t ttl_ms
 	return pipe_set_deadline(t, id, deadline_from_ttl(ttl_ms));
 }
 
+/* The live version of id written below if it is not yet, then made durable there. */
+static int sync_below(struct pipeline *p, const struct blockid *id)
+{
+	struct tier_handle *rd;
+	struct block_attr a;
+	int rc;
+
+	/* the live version is safe below once it is clean: write it now if it is not */
+	while (p->cache && p->cache->ops->lookup(p->cache, id, &a) == 0 && a.dirty) {
+		rc = p->cache->ops->open(p->cache, id, TIER_OPEN_INTERNAL, &rd);
+		if (rc == -ENOENT)
+			continue; /* replaced or removed meanwhile: look again */
+		if (rc)
+			return -EIO; /* it cannot be written below now */
+		rc = dump(p, rd, id, a.version, DUMP_WAITED);
+		if (rc)
+			return rc == -ENOSPC ? rc : -EIO;
+	}
+	if (p->below->ops->lookup(p->below, id, NULL))
+		return pipe_lookup(&p->tier, id, NULL) == 0 ? -EIO : -ENOENT;
+	return p->below->ops->sync(p->below, id);
+}
+
 static int pipe_sync(struct tier *t, const struct blockid *id)
 {
 	struct pipeline *p = pipe_of(t);
-	struct tier_handle *rd;
-	struct block_attr a;
 	int rc;
 
 	if (!p->below)
@@ -847,23 +868,7 @@ static int pipe_sync(struct tier *t, const struct blockid *id)
 	 * hurried as well (the next fsync of a writer's loop comes to them), so that each flush
 	 * finds more blocks written */
 	dump_wait_begin(p);
-	rc = 0;
-	/* the live version is safe below once it is clean: write it now if it is not */
-	while (rc == 0 && p->cache && p->cache->ops->lookup(p->cache, id, &a) == 0 && a.dirty) {
-		rc = p->cache->ops->open(p->cache, id, TIER_OPEN_INTERNAL, &rd);
-		if (rc == -ENOENT) {
-			rc = 0;
-			continue; /* replaced or removed meanwhile: look again */
-		}
-		if (rc)
-			rc = -EIO; /* it cannot be written below now */
-		else if ((rc = dump(p, rd, id, a.version, DUMP_WAITED)))
-			rc = rc == -ENOSPC ? rc : -EIO;
-	}
-	if (rc == 0 && p->below->ops->lookup(p->below, id, NULL))
-		rc = pipe_lookup(t, id, NULL) == 0 ? -EIO : -ENOENT;
-	else if (rc == 0)
-		rc = p->below->ops->sync(p->below, id);
+	rc = sync_below(p, id);
 	dump_wait_end(p);
 	return rc;
 }

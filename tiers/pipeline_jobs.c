@@ -9,9 +9,9 @@
  * (compression takes a CPU each); the others only load, so that readers of many cold blocks
  * have as many loads in flight as the disk wants, except while anyone waits for a block to
  * be durable: dumps are hurried then (below), need no CPU, and every worker may take one.
- * They run at nice WORKER_NICE, so that
- * the compression and writing of dumps takes the CPU the FUSE threads leave (the FUSE threads
- * answer hot reads, and never wait for the disk themselves).
+ * They run at nice WORKER_NICE, so that the compression and writing of dumps takes the CPU
+ * the FUSE threads leave (the FUSE threads answer hot reads, and never wait for the disk
+ * themselves).
  *
  * A dump writes the cache's committed version below (outside any lock) and publishes it under
  * the id's stripe only if that version is still the cache's live one; then marks it clean.
@@ -25,11 +25,12 @@
  * are (tier_hurry()); so is every other dump in progress while anyone waits (an fsync waits
  * from its dump to the end of the flush below it), since the fsync loop of a writer comes to
  * those next, and each flush then finds more of them written. A hurried block is written
- * again, compressed and durable, p->recode_delay_ns (1 s) later at the earliest, by a worker that finds no other
- * job running or queued, if memory still holds that very version and the disk still has the
- * one it replaces (commit time); otherwise it stays as it is. A rewrite is idle work: it
- * stops as soon as anyone waits for a dump, and is tried again later; the dumps it overlaps
- * are not hurried for it. The list of those (at most RECODE_MAX) is lost at exit.
+ * again, compressed and durable, p->recode_delay_ns (1 s) later at the earliest, by a worker
+ * that finds no other job running or queued, if memory still holds that very version and
+ * the disk still has the one it replaces (commit time); otherwise it stays as it is. A
+ * rewrite is idle work: it stops as soon as anyone waits for a dump, and is tried again
+ * later; the dumps it overlaps are not hurried for it. The list of those (at most
+ * RECODE_MAX) is lost at exit.
  *
  * A load is single-flight and streaming. The first reader of a block that is only on disk
  * creates a `struct loading`: a cache reservation of the block's size split into pieces of
